@@ -1,0 +1,17 @@
+# Native CUDA backend. Filled in by the CUDA backend work (issue 5): decided from
+# real toolchain facts (nvcc found, torch built with CUDA of the same major version).
+set(XK_WITH_CUDA OFF)
+string(TOUPPER "${XKERNELS_CUDA}" _xk_cuda_opt)
+if(_xk_cuda_opt STREQUAL "OFF")
+  set(_xk_cuda_reason "disabled (XKERNELS_CUDA=OFF)")
+elseif(NOT XKERNELS_TORCH_CUDA_VERSION)
+  set(_xk_cuda_reason "torch was built without CUDA")
+else()
+  set(_xk_cuda_reason "not implemented yet")
+endif()
+if(_xk_cuda_opt STREQUAL "ON" AND NOT XK_WITH_CUDA)
+  message(FATAL_ERROR "XKERNELS_CUDA=ON but ${_xk_cuda_reason}")
+endif()
+list(APPEND XK_SUMMARY "CUDA backend    : ${XK_WITH_CUDA} — ${_xk_cuda_reason}")
+function(xk_configure_cuda_target tgt)
+endfunction()

@@ -1,0 +1,133 @@
+// layer_norm reference kernels (CPU): the oracle for every other backend.
+// Plain two-pass statistics per row in the accumulation type, 64-bit indexing,
+// parallel over rows with at::parallel_for.
+#include <ATen/ATen.h>
+#include <ATen/Parallel.h>
+#include <torch/library.h>
+
+#include <cmath>
+
+#include "xkernels/dispatch.h"
+#include "xkernels/entry.h"
+
+namespace xkernels::reference {
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor> layer_norm_forward(const at::Tensor& input, const at::Tensor& weight,
+                                                                  const at::Tensor& bias, double eps,
+                                                                  const LayerNormProblem& p) {
+  const at::Tensor x = input.contiguous();
+  const at::Tensor w = weight.defined() ? weight.contiguous() : weight;
+  const at::Tensor b = bias.defined() ? bias.contiguous() : bias;
+  at::Tensor out = at::empty_like(x, at::MemoryFormat::Contiguous);
+  const auto stat_opts = x.options().dtype(entry::layer_norm_stat_dtype(x.scalar_type()));
+  at::Tensor mean = at::empty(p.stat_sizes, stat_opts), rstd = at::empty(p.stat_sizes, stat_opts);
+  const int64_t M = p.M, N = p.N;
+  XK_DISPATCH_FLOATING_TYPES(x.scalar_type(), "layer_norm_forward", [&] {
+    using acc = acc_t<scalar_t>;
+    const scalar_t* X = x.const_data_ptr<scalar_t>();
+    const scalar_t* W = w.defined() ? w.const_data_ptr<scalar_t>() : nullptr;
+    const scalar_t* B = b.defined() ? b.const_data_ptr<scalar_t>() : nullptr;
+    scalar_t* Y = out.mutable_data_ptr<scalar_t>();
+    acc* MEAN = mean.mutable_data_ptr<acc>();
+    acc* RSTD = rstd.mutable_data_ptr<acc>();
+    at::parallel_for(0, M, 1, [&](int64_t begin, int64_t end) {
+      for (int64_t i = begin; i < end; ++i) {
+        const scalar_t* xr = X + i * N;
+        acc sum = 0;
+        for (int64_t j = 0; j < N; ++j) sum += static_cast<acc>(xr[j]);
+        const acc mu = sum / static_cast<acc>(N);
+        acc sq = 0;
+        for (int64_t j = 0; j < N; ++j) {
+          const acc d = static_cast<acc>(xr[j]) - mu;
+          sq += d * d;
+        }
+        const acc var = sq / static_cast<acc>(N);  // biased, as F.layer_norm
+        const acc rs = acc(1) / std::sqrt(var + static_cast<acc>(eps));
+        MEAN[i] = mu;
+        RSTD[i] = rs;
+        for (int64_t j = 0; j < N; ++j) {
+          acc y = (static_cast<acc>(xr[j]) - mu) * rs;
+          if (W) y = y * static_cast<acc>(W[j]);
+          if (B) y = y + static_cast<acc>(B[j]);
+          Y[i * N + j] = static_cast<scalar_t>(y);
+        }
+      }
+    });
+  });
+  return {out.view(input.sizes()), mean, rstd};
+}
+
+// With xhat = (x - mean) * rstd and g = dy * w (dy if no weight):
+//   dx = rstd * (g - mean_j(g) - xhat * mean_j(g * xhat))
+//   dw = sum_rows(dy * xhat),  db = sum_rows(dy)
+std::tuple<at::Tensor, at::Tensor, at::Tensor> layer_norm_backward(const at::Tensor& grad_output,
+                                                                   const at::Tensor& input, const at::Tensor& mean,
+                                                                   const at::Tensor& rstd, const at::Tensor& weight,
+                                                                   const LayerNormProblem& p, std::array<bool, 3> mask) {
+  const at::Tensor x = input.contiguous(), dy = grad_output.contiguous();
+  const at::Tensor w = weight.defined() ? weight.contiguous() : weight;
+  const auto stat_dtype = entry::layer_norm_stat_dtype(x.scalar_type());
+  const at::Tensor mu_t = mean.to(stat_dtype).contiguous(), rs_t = rstd.to(stat_dtype).contiguous();
+  const int64_t M = p.M, N = p.N;
+  at::Tensor gi = mask[0] ? at::empty_like(x, at::MemoryFormat::Contiguous) : empty_grad_like(x);
+  // Weight/bias grads: accumulate column sums in the accumulation type, one column per task.
+  const bool want_w = mask[1], want_b = mask[2];  // the entry clears bits for absent parameters
+  at::Tensor gw_acc = want_w ? at::empty({N}, x.options().dtype(stat_dtype)) : at::Tensor();
+  at::Tensor gb_acc = want_b ? at::empty({N}, x.options().dtype(stat_dtype)) : at::Tensor();
+  XK_DISPATCH_FLOATING_TYPES(x.scalar_type(), "layer_norm_backward", [&] {
+    using acc = acc_t<scalar_t>;
+    const scalar_t* X = x.const_data_ptr<scalar_t>();
+    const scalar_t* DY = dy.const_data_ptr<scalar_t>();
+    const scalar_t* W = w.defined() ? w.const_data_ptr<scalar_t>() : nullptr;
+    const acc* MU = mu_t.const_data_ptr<acc>();
+    const acc* RS = rs_t.const_data_ptr<acc>();
+    if (mask[0]) {
+      scalar_t* DX = gi.mutable_data_ptr<scalar_t>();
+      at::parallel_for(0, M, 1, [&](int64_t begin, int64_t end) {
+        for (int64_t i = begin; i < end; ++i) {
+          const scalar_t* xr = X + i * N;
+          const scalar_t* dyr = DY + i * N;
+          acc sum_g = 0, sum_gx = 0;
+          for (int64_t j = 0; j < N; ++j) {
+            const acc xhat = (static_cast<acc>(xr[j]) - MU[i]) * RS[i];
+            const acc g = static_cast<acc>(dyr[j]) * (W ? static_cast<acc>(W[j]) : acc(1));
+            sum_g += g;
+            sum_gx += g * xhat;
+          }
+          const acc mg = sum_g / static_cast<acc>(N), mgx = sum_gx / static_cast<acc>(N);
+          for (int64_t j = 0; j < N; ++j) {
+            const acc xhat = (static_cast<acc>(xr[j]) - MU[i]) * RS[i];
+            const acc g = static_cast<acc>(dyr[j]) * (W ? static_cast<acc>(W[j]) : acc(1));
+            DX[i * N + j] = static_cast<scalar_t>(RS[i] * (g - mg - xhat * mgx));
+          }
+        }
+      });
+    }
+    if (want_w || want_b) {
+      acc* GW = want_w ? gw_acc.mutable_data_ptr<acc>() : nullptr;
+      acc* GB = want_b ? gb_acc.mutable_data_ptr<acc>() : nullptr;
+      at::parallel_for(0, N, 1, [&](int64_t begin, int64_t end) {
+        for (int64_t j = begin; j < end; ++j) {
+          acc sw = 0, sb = 0;
+          for (int64_t i = 0; i < M; ++i) {
+            const acc d = static_cast<acc>(DY[i * N + j]);
+            sw += d * ((static_cast<acc>(X[i * N + j]) - MU[i]) * RS[i]);
+            sb += d;
+          }
+          if (GW) GW[j] = sw;
+          if (GB) GB[j] = sb;
+        }
+      });
+    }
+  });
+  at::Tensor gw = want_w ? gw_acc.to(x.scalar_type()).view(p.normalized_shape) : empty_grad_like(x);
+  at::Tensor gb = want_b ? gb_acc.to(x.scalar_type()).view(p.normalized_shape) : empty_grad_like(x);
+  return {mask[0] ? gi.view(input.sizes()) : gi, gw, gb};
+}
+
+}  // namespace xkernels::reference
+
+TORCH_LIBRARY_IMPL(xkernels, CPU, m) {
+  m.impl("layer_norm_forward", &xkernels::entry::layer_norm_forward<xkernels::choose_cpu_backend>);
+  m.impl("layer_norm_backward", &xkernels::entry::layer_norm_backward<xkernels::choose_cpu_backend>);
+}

@@ -1,0 +1,60 @@
+// Backend selection, shared by every dispatch key.
+//
+// The *requested* backend is "auto" unless set by XKERNELS_BACKEND (process default)
+// or xkernels.use_backend(...) (a per-thread override). Where two implementations
+// share a dispatch key (CPU: reference vs SYCL-on-CPU), the single registered
+// function asks choose_*() which one runs. An explicit request that cannot be
+// honoured raises; "auto" may fall back, and the reason is recorded.
+#pragma once
+#include <ATen/core/Tensor.h>
+#include <c10/core/Device.h>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace xkernels {
+
+enum class Backend { Auto = 0, Reference = 1, Sycl = 2, Cuda = 3 };
+
+const char* backend_name(Backend b);
+// Parses "auto" | "reference" | "sycl" | "cuda" (case-insensitive); throws ValueError naming `what`.
+Backend parse_backend(const std::string& name, const char* what);
+
+Backend default_backend();                    // process default (XKERNELS_BACKEND at first use)
+void set_default_backend(Backend b);
+std::optional<Backend> thread_backend();      // per-thread override (use_backend)
+void set_thread_backend(std::optional<Backend> b);
+Backend requested_backend();                  // thread override, else process default
+
+// Availability of the SYCL backend for CPU tensors (built, runtime loaded, CPU device found,
+// dtype supported by the device). Implemented by csrc/sycl/runtime.cpp when built with SYCL.
+bool sycl_cpu_available(at::ScalarType dtype, std::string* why_not);
+
+// Which implementation runs an op on CPU tensors: Reference or Sycl.
+Backend choose_cpu_backend(const char* op, at::ScalarType dtype);
+
+// Which implementation runs an op on CUDA tensors: Cuda (native, default) or Sycl
+// (SYCL through oneAPI's CUDA plugin, when selected). Implemented with the CUDA backend.
+Backend choose_cuda_backend(const char* op, at::ScalarType dtype);
+// XPU tensors: always Sycl (on torch's current XPU queue); raises for 'reference' / 'cuda'.
+Backend choose_xpu_backend(const char* op, at::ScalarType dtype);
+
+// ---- dispatch record (off by default; one relaxed atomic load when off) ----
+bool dispatch_record_enabled();
+void set_dispatch_record_enabled(bool on);
+void record_dispatch(const char* op, Backend ran, const c10::Device& device, const std::string& fallback_reason);
+struct DispatchEvent {
+  std::string op, backend, device, fallback_reason;
+  int64_t count;
+};
+std::vector<DispatchEvent> dispatch_record_snapshot();
+void dispatch_record_clear();
+
+}  // namespace xkernels
+
+// Runs `expr` when built with the SYCL backend; otherwise reports that it is not built.
+#ifdef XKERNELS_WITH_SYCL
+#define XK_IF_SYCL(expr) expr
+#else
+#define XK_IF_SYCL(expr) TORCH_CHECK(false, "xkernels was built without the SYCL backend")
+#endif

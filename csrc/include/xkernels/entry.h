@@ -1,0 +1,133 @@
+// The registered dispatcher functions, one per op, shared by every dispatch key.
+// Each validates (shapes.h), handles degenerate sizes once for all backends,
+// asks the key's chooser which backend runs, and calls it (ops.h).
+//
+// A dispatch key registers them as, e.g.
+//   m.impl("conv2d", &xkernels::entry::conv2d<xkernels::choose_cpu_backend>);
+#pragma once
+#include <ATen/ATen.h>
+
+#include "xkernels/backend.h"
+#include "xkernels/ops.h"
+#include "xkernels/shapes.h"
+
+#ifdef XKERNELS_WITH_CUDA
+#define XK_IF_CUDA(expr) expr
+#else
+#define XK_IF_CUDA(expr) TORCH_CHECK(false, "xkernels was built without the native CUDA backend")
+#endif
+
+// Calls backend `b`'s implementation OP(args...) and returns its result.
+#define XK_CALL_BACKEND(b, OP, ...)                                                      \
+  switch (b) {                                                                           \
+    case ::xkernels::Backend::Reference: return ::xkernels::reference::OP(__VA_ARGS__);  \
+    case ::xkernels::Backend::Sycl: XK_IF_SYCL(return ::xkernels::sycl_backend::OP(__VA_ARGS__)); \
+    case ::xkernels::Backend::Cuda: XK_IF_CUDA(return ::xkernels::cuda::OP(__VA_ARGS__)); \
+    default: TORCH_CHECK(false, "xkernels." #OP ": no backend chosen");                  \
+  }
+
+namespace xkernels::entry {
+
+using Chooser = Backend (*)(const char* op, at::ScalarType dtype);
+using Grads = std::tuple<at::Tensor, at::Tensor, at::Tensor>;
+
+inline std::array<bool, 3> to_mask(std::array<bool, 3> m) { return m; }
+
+// ---------------------------------------------------------------- fused_linear_relu
+template <Chooser choose>
+at::Tensor fused_linear_relu(const at::Tensor& input, const at::Tensor& weight, const std::optional<at::Tensor>& bias) {
+  const LinearProblem p = check_fused_linear_relu(input, weight, bias);
+  const at::Tensor b = value_or_undefined(bias);
+  if (p.M == 0 || p.N == 0) return at::empty(p.out_sizes, input.options());
+  if (p.K == 0)  // empty reduction: relu(bias) (or 0) in every row
+    return b.defined() ? b.clamp_min(0).expand(p.out_sizes).contiguous() : at::zeros(p.out_sizes, input.options());
+  const Backend chosen = choose("fused_linear_relu", input.scalar_type());
+  XK_CALL_BACKEND(chosen, fused_linear_relu, input, weight, b, p);
+}
+
+template <Chooser choose>
+Grads fused_linear_relu_backward(const at::Tensor& grad_output, const at::Tensor& input, const at::Tensor& weight,
+                                 const at::Tensor& output, std::array<bool, 3> output_mask) {
+  const LinearProblem p = check_fused_linear_relu_backward(grad_output, input, weight, output);
+  const auto mask = to_mask(output_mask);
+  if (p.M == 0 || p.N == 0 || p.K == 0) {
+    // Nothing to multiply: grad_input / grad_weight are zero; grad_bias sums the masked grad over rows.
+    at::Tensor gi = mask[0] ? at::zeros_like(input, at::MemoryFormat::Contiguous) : empty_grad_like(input);
+    at::Tensor gw = mask[1] ? at::zeros_like(weight, at::MemoryFormat::Contiguous) : empty_grad_like(weight);
+    at::Tensor gb = mask[2] ? (grad_output * output.gt(0)).reshape({p.M, p.N}).sum(0) : empty_grad_like(weight);
+    return {gi, gw, gb};
+  }
+  const Backend chosen = choose("fused_linear_relu_backward", input.scalar_type());
+  XK_CALL_BACKEND(chosen, fused_linear_relu_backward, grad_output, input, weight, output, p, mask);
+}
+
+// ---------------------------------------------------------------- conv2d
+template <Chooser choose>
+at::Tensor conv2d(const at::Tensor& input, const at::Tensor& weight, const std::optional<at::Tensor>& bias,
+                  at::IntArrayRef stride, at::IntArrayRef padding, at::IntArrayRef dilation, int64_t groups) {
+  const Conv2dProblem p = check_conv2d(input, weight, bias, stride, padding, dilation, groups);
+  const at::Tensor b = value_or_undefined(bias);
+  const auto fmt = p.channels_last ? at::MemoryFormat::ChannelsLast : at::MemoryFormat::Contiguous;
+  if (p.N == 0 || p.O == 0) return at::empty(p.out_sizes(), input.options().memory_format(fmt));
+  if (p.C == 0 || p.KH == 0 || p.KW == 0) {  // empty reduction: bias (or 0) everywhere
+    at::Tensor out = at::zeros(p.out_sizes(), input.options().memory_format(fmt));
+    if (b.defined()) out.add_(p.batched ? b.view({1, p.O, 1, 1}) : b.view({p.O, 1, 1}));
+    return out;
+  }
+  const Backend chosen = choose("conv2d", input.scalar_type());
+  XK_CALL_BACKEND(chosen, conv2d, input, weight, b, p);
+}
+
+template <Chooser choose>
+Grads conv2d_backward(const at::Tensor& grad_output, const at::Tensor& input, const at::Tensor& weight,
+                      at::IntArrayRef stride, at::IntArrayRef padding, at::IntArrayRef dilation, int64_t groups,
+                      std::array<bool, 3> output_mask) {
+  const Conv2dProblem p = check_conv2d_backward(grad_output, input, weight, stride, padding, dilation, groups);
+  const auto mask = to_mask(output_mask);
+  if (grad_output.numel() == 0 || input.numel() == 0 || weight.numel() == 0) {
+    at::Tensor gi = mask[0] ? at::zeros_like(input) : empty_grad_like(input);
+    at::Tensor gw = mask[1] ? at::zeros_like(weight) : empty_grad_like(weight);
+    at::Tensor gb = mask[2] ? (p.batched ? grad_output.sum({0, 2, 3}) : grad_output.sum({1, 2})) : empty_grad_like(weight);
+    return {gi, gw, gb};
+  }
+  const Backend chosen = choose("conv2d_backward", input.scalar_type());
+  XK_CALL_BACKEND(chosen, conv2d_backward, grad_output, input, weight, p, mask);
+}
+
+// ---------------------------------------------------------------- layer_norm
+inline at::ScalarType layer_norm_stat_dtype(at::ScalarType t) { return t == at::kDouble ? at::kDouble : at::kFloat; }
+
+template <Chooser choose>
+Grads layer_norm_forward(const at::Tensor& input, at::IntArrayRef normalized_shape,
+                         const std::optional<at::Tensor>& weight, const std::optional<at::Tensor>& bias, double eps) {
+  const LayerNormProblem p = check_layer_norm(input, normalized_shape, weight, bias, eps);
+  if (p.M == 0 || p.N == 0) {
+    const auto stat_opts = input.options().dtype(layer_norm_stat_dtype(input.scalar_type()));
+    // Rows of length 0 have mean 0 and an undefined (NaN) rstd, as in aten.
+    return {at::empty_like(input, at::MemoryFormat::Contiguous), at::zeros(p.stat_sizes, stat_opts),
+            at::full(p.stat_sizes, std::numeric_limits<double>::quiet_NaN(), stat_opts)};
+  }
+  const Backend chosen = choose("layer_norm", input.scalar_type());
+  XK_CALL_BACKEND(chosen, layer_norm_forward, input, value_or_undefined(weight), value_or_undefined(bias), eps, p);
+}
+
+template <Chooser choose>
+Grads layer_norm_backward(const at::Tensor& grad_output, const at::Tensor& input, at::IntArrayRef normalized_shape,
+                          const at::Tensor& mean, const at::Tensor& rstd, const std::optional<at::Tensor>& weight,
+                          const std::optional<at::Tensor>& bias, std::array<bool, 3> output_mask) {
+  const LayerNormProblem p = check_layer_norm_backward(grad_output, input, normalized_shape, mean, rstd, weight, bias);
+  auto mask = to_mask(output_mask);
+  const at::Tensor w = value_or_undefined(weight);
+  mask[1] = mask[1] && w.defined();  // no parameter, no grad (an empty tensor)
+  mask[2] = mask[2] && bias.has_value() && bias->defined();
+  if (p.M == 0 || p.N == 0) {
+    at::Tensor gi = mask[0] ? at::zeros_like(input, at::MemoryFormat::Contiguous) : empty_grad_like(input);
+    at::Tensor gw = mask[1] ? at::zeros_like(w) : empty_grad_like(input);
+    at::Tensor gb = mask[2] ? at::zeros_like(*bias) : empty_grad_like(input);
+    return {gi, gw, gb};
+  }
+  const Backend chosen = choose("layer_norm_backward", input.scalar_type());
+  XK_CALL_BACKEND(chosen, layer_norm_backward, grad_output, input, mean, rstd, w, p, mask);
+}
+
+}  // namespace xkernels::entry

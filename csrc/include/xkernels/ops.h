@@ -1,0 +1,46 @@
+// The per-backend implementation interface. Every backend namespace
+// (xkernels::reference, xkernels::sycl_backend, xkernels::cuda) provides these
+// functions with identical signatures. They receive arguments already validated
+// by the registered dispatcher function (check_* in shapes.h) plus the problem
+// sizes; optional tensors arrive as undefined at::Tensor() when absent.
+// Outputs with numel() == 0 never reach a backend.
+//
+// Conventions:
+//  * fused_linear_relu: out = relu(input @ weight.T + bias), shape p.out_sizes, contiguous.
+//  * *_backward(mask): returns (grad_input, grad_weight, grad_bias); a grad whose mask bit
+//    is false is returned as an empty tensor (numel 0). fused_linear_relu's backward takes
+//    the forward output for the ReLU mask (grad flows where output > 0).
+//  * conv2d: output in p.channels_last memory format, 3-D when !p.batched.
+//  * layer_norm_forward: (output, mean, rstd); mean/rstd have shape p.stat_sizes and the
+//    accumulation dtype (float32 for float16/bfloat16/float32 input, float64 for float64).
+#pragma once
+#include <ATen/core/Tensor.h>
+#include <array>
+#include <tuple>
+
+#include "xkernels/shapes.h"
+
+#define XK_DECLARE_BACKEND_OPS                                                                                     \
+  at::Tensor fused_linear_relu(const at::Tensor& input, const at::Tensor& weight, const at::Tensor& bias,          \
+                               const ::xkernels::LinearProblem& p);                                                \
+  std::tuple<at::Tensor, at::Tensor, at::Tensor> fused_linear_relu_backward(                                       \
+      const at::Tensor& grad_output, const at::Tensor& input, const at::Tensor& weight, const at::Tensor& output,  \
+      const ::xkernels::LinearProblem& p, std::array<bool, 3> mask);                                               \
+  at::Tensor conv2d(const at::Tensor& input, const at::Tensor& weight, const at::Tensor& bias,                     \
+                    const ::xkernels::Conv2dProblem& p);                                                           \
+  std::tuple<at::Tensor, at::Tensor, at::Tensor> conv2d_backward(const at::Tensor& grad_output,                    \
+                                                                 const at::Tensor& input, const at::Tensor& weight, \
+                                                                 const ::xkernels::Conv2dProblem& p,               \
+                                                                 std::array<bool, 3> mask);                        \
+  std::tuple<at::Tensor, at::Tensor, at::Tensor> layer_norm_forward(                                               \
+      const at::Tensor& input, const at::Tensor& weight, const at::Tensor& bias, double eps,                       \
+      const ::xkernels::LayerNormProblem& p);                                                                      \
+  std::tuple<at::Tensor, at::Tensor, at::Tensor> layer_norm_backward(                                              \
+      const at::Tensor& grad_output, const at::Tensor& input, const at::Tensor& mean, const at::Tensor& rstd,      \
+      const at::Tensor& weight, const ::xkernels::LayerNormProblem& p, std::array<bool, 3> mask);
+
+namespace xkernels {
+namespace reference { XK_DECLARE_BACKEND_OPS }
+namespace sycl_backend { XK_DECLARE_BACKEND_OPS }
+namespace cuda { XK_DECLARE_BACKEND_OPS }
+}  // namespace xkernels

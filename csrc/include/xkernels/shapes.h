@@ -1,0 +1,78 @@
+// Shape rules and argument validation for every op, shared by all backends.
+// Each check_* validates its arguments (naming op, argument and actual value on
+// failure) and returns the problem sizes the kernels need.
+#pragma once
+#include <ATen/core/Tensor.h>
+#include <c10/util/ArrayRef.h>
+#include <array>
+#include <optional>
+#include <vector>
+
+#include "xkernels/checks.h"
+
+namespace xkernels {
+
+// ---------------------------------------------------------------- fused_linear_relu
+// input [..., K] (any number of leading dims, or 1-D [K]); weight [N, K]; bias [N].
+// The kernels see a 2-D problem: rows M = prod(leading dims), output [M, N].
+struct LinearProblem {
+  int64_t M = 0, N = 0, K = 0;
+  std::vector<int64_t> out_sizes;  // input.sizes()[:-1] + [N]
+};
+LinearProblem check_fused_linear_relu(const at::Tensor& input, const at::Tensor& weight,
+                                      const std::optional<at::Tensor>& bias);
+// grad_output and output must have the forward output's shape.
+LinearProblem check_fused_linear_relu_backward(const at::Tensor& grad_output, const at::Tensor& input,
+                                               const at::Tensor& weight, const at::Tensor& output);
+
+// ---------------------------------------------------------------- conv2d
+// F.conv2d semantics: input [N, C, H, W] or unbatched [C, H, W]; weight [O, C/groups, KH, KW];
+// bias [O]; symmetric padding (the 'same' overload pads the odd remainder first, like aten).
+struct Conv2dProblem {
+  int64_t N = 0, C = 0, H = 0, W = 0;  // input (batch 1 when unbatched)
+  int64_t O = 0, KH = 0, KW = 0;       // weight
+  int64_t OH = 0, OW = 0;              // output
+  int64_t groups = 1;
+  std::array<int64_t, 2> stride{1, 1}, padding{0, 0}, dilation{1, 1};
+  bool batched = true;          // false: 3-D input and output
+  bool channels_last = false;   // output (and preferred compute) memory format, PyTorch's rule
+  int64_t C_per_group() const { return C / groups; }
+  int64_t O_per_group() const { return O / groups; }
+  std::vector<int64_t> out_sizes() const {
+    return batched ? std::vector<int64_t>{N, O, OH, OW} : std::vector<int64_t>{O, OH, OW};
+  }
+};
+Conv2dProblem check_conv2d(const at::Tensor& input, const at::Tensor& weight, const std::optional<at::Tensor>& bias,
+                           at::IntArrayRef stride, at::IntArrayRef padding, at::IntArrayRef dilation, int64_t groups);
+Conv2dProblem check_conv2d_backward(const at::Tensor& grad_output, const at::Tensor& input, const at::Tensor& weight,
+                                    at::IntArrayRef stride, at::IntArrayRef padding, at::IntArrayRef dilation,
+                                    int64_t groups);
+// Padding for conv2d.padding ('same' / 'valid'): per spatial dim the (before, after) amounts.
+std::array<std::array<int64_t, 2>, 2> conv2d_string_padding(const at::Tensor& input, const at::Tensor& weight,
+                                                            at::IntArrayRef stride, c10::string_view padding,
+                                                            at::IntArrayRef dilation);
+// Views `t` (4-D, or 3-D when !p.batched) as 4-D and makes it dense in the problem's memory format.
+at::Tensor conv2d_as_4d_dense(const at::Tensor& t, const Conv2dProblem& p);
+
+// ---------------------------------------------------------------- layer_norm
+// F.layer_norm semantics: normalize over the trailing dims `normalized_shape`;
+// rows M = prod(leading dims), row length N = prod(normalized_shape).
+struct LayerNormProblem {
+  int64_t M = 0, N = 0;
+  std::vector<int64_t> normalized_shape;
+  std::vector<int64_t> stat_sizes;  // leading dims + [1]*len(normalized_shape) (shape of mean / rstd)
+};
+LayerNormProblem check_layer_norm(const at::Tensor& input, at::IntArrayRef normalized_shape,
+                                  const std::optional<at::Tensor>& weight, const std::optional<at::Tensor>& bias,
+                                  double eps);
+LayerNormProblem check_layer_norm_backward(const at::Tensor& grad_output, const at::Tensor& input,
+                                           at::IntArrayRef normalized_shape, const at::Tensor& mean,
+                                           const at::Tensor& rstd, const std::optional<at::Tensor>& weight,
+                                           const std::optional<at::Tensor>& bias);
+
+// Returns the tensor if defined and present, else an undefined tensor.
+inline at::Tensor value_or_undefined(const std::optional<at::Tensor>& t) {
+  return (t.has_value() && t->defined()) ? *t : at::Tensor();
+}
+
+}  // namespace xkernels

@@ -1,0 +1,63 @@
+// The Python module xkernels._C. Importing it loads the library, which registers
+// the ops with the dispatcher (TORCH_LIBRARY in registration.cpp). Ops are reached
+// only through torch.ops.xkernels.*; this module carries control-plane functions
+// (backend selection, dispatch record, build facts, SYCL runtime control).
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include "xkernels/backend.h"
+#include "xkernels_build_config.h"
+
+namespace py = pybind11;
+
+#ifdef XKERNELS_WITH_SYCL
+namespace xkernels::sycl_backend {
+void bind_python(py::module_& m);  // csrc/sycl/python_bindings.cpp
+}
+#endif
+
+PYBIND11_MODULE(_C, m) {
+  using namespace xkernels;
+  m.doc() = "xkernels native library (control plane; ops are torch.ops.xkernels.*)";
+  m.attr("__version__") = XKERNELS_VERSION;
+  m.attr("build_config") = XKERNELS_BUILD_CONFIG;
+#ifdef XKERNELS_WITH_SYCL
+  m.attr("with_sycl") = true;
+#else
+  m.attr("with_sycl") = false;
+#endif
+#ifdef XKERNELS_WITH_CUDA
+  m.attr("with_cuda") = true;
+#else
+  m.attr("with_cuda") = false;
+#endif
+
+  m.def("default_backend", [] { return std::string(backend_name(default_backend())); });
+  m.def("set_default_backend", [](const std::string& name) { set_default_backend(parse_backend(name, "backend")); });
+  m.def("thread_backend", []() -> std::optional<std::string> {
+    auto b = thread_backend();
+    return b ? std::optional<std::string>(backend_name(*b)) : std::nullopt;
+  });
+  m.def("set_thread_backend", [](std::optional<std::string> name) {
+    set_thread_backend(name ? std::optional<Backend>(parse_backend(*name, "backend")) : std::nullopt);
+  });
+  m.def("requested_backend", [] { return std::string(backend_name(requested_backend())); });
+  m.def("validate_backend_name", [](const std::string& name, const std::string& what) {
+    return std::string(backend_name(parse_backend(name, what.c_str())));
+  });
+
+  m.def("dispatch_record_enabled", &dispatch_record_enabled);
+  m.def("set_dispatch_record_enabled", &set_dispatch_record_enabled);
+  m.def("dispatch_record_clear", &dispatch_record_clear);
+  m.def("dispatch_record_snapshot", [] {
+    py::list out;
+    for (const auto& e : dispatch_record_snapshot())
+      out.append(py::make_tuple(e.op, e.backend, e.device, e.fallback_reason, e.count));
+    return out;
+  });
+
+#ifdef XKERNELS_WITH_SYCL
+  auto sycl = m.def_submodule("sycl", "SYCL runtime control");
+  sycl_backend::bind_python(sycl);
+#endif
+}

@@ -1,0 +1,75 @@
+// The ONLY TORCH_LIBRARY(xkernels, m): every schema, with a one-line comment each.
+// Backend kernels are registered per dispatch key at the end of each backend's
+// host files (csrc/cpu, csrc/sycl, csrc/cuda). Composite ops live here.
+#include <ATen/ATen.h>
+#include <torch/library.h>
+
+#include "xkernels/shapes.h"
+
+namespace xkernels {
+namespace {
+
+// conv2d.padding: 'same' / 'valid'. Like aten, an odd total padding is split with the
+// extra element after (right/bottom): the input is padded by that remainder first, then
+// the symmetric part goes to xkernels::conv2d. Differentiable through aten's pad.
+at::Tensor conv2d_padding_composite(const at::Tensor& input, const at::Tensor& weight,
+                                    const std::optional<at::Tensor>& bias, c10::SymIntArrayRef stride,
+                                    c10::string_view padding, c10::SymIntArrayRef dilation, c10::SymInt groups) {
+  const auto s = C10_AS_INTARRAYREF_SLOW(stride);
+  const auto d = C10_AS_INTARRAYREF_SLOW(dilation);
+  const auto pads = conv2d_string_padding(input, weight, s, padding, d);
+  at::Tensor x = input;
+  const int64_t extra_h = pads[0][1] - pads[0][0], extra_w = pads[1][1] - pads[1][0];
+  if (extra_h != 0 || extra_w != 0) x = at::constant_pad_nd(input, {0, extra_w, 0, extra_h}, 0);
+  static auto op = c10::Dispatcher::singleton().findSchemaOrThrow("xkernels::conv2d", "").typed<at::Tensor(
+      const at::Tensor&, const at::Tensor&, const std::optional<at::Tensor>&, c10::SymIntArrayRef,
+      c10::SymIntArrayRef, c10::SymIntArrayRef, c10::SymInt)>();
+  std::vector<c10::SymInt> sym_pad{pads[0][0], pads[1][0]};
+  return op.call(x, weight, bias, stride, sym_pad, dilation, std::move(groups));
+}
+
+// layer_norm: the public op returns the output only; autograd is attached to
+// layer_norm_forward, which also returns the saved statistics.
+at::Tensor layer_norm_composite(const at::Tensor& input, c10::SymIntArrayRef normalized_shape,
+                                const std::optional<at::Tensor>& weight, const std::optional<at::Tensor>& bias,
+                                double eps) {
+  static auto op = c10::Dispatcher::singleton()
+                       .findSchemaOrThrow("xkernels::layer_norm_forward", "")
+                       .typed<std::tuple<at::Tensor, at::Tensor, at::Tensor>(
+                           const at::Tensor&, c10::SymIntArrayRef, const std::optional<at::Tensor>&,
+                           const std::optional<at::Tensor>&, double)>();
+  return std::get<0>(op.call(input, normalized_shape, weight, bias, eps));
+}
+
+}  // namespace
+}  // namespace xkernels
+
+TORCH_LIBRARY(xkernels, m) {
+  // relu(input @ weight.T + bias); input [..., K], weight [N, K], bias [N].
+  m.def("fused_linear_relu(Tensor input, Tensor weight, Tensor? bias=None) -> Tensor");
+  // Grads of fused_linear_relu (input, weight, bias) from the forward output's ReLU mask; unrequested grads are empty.
+  m.def("fused_linear_relu_backward(Tensor grad_output, Tensor input, Tensor weight, Tensor output, "
+        "bool[3] output_mask) -> (Tensor, Tensor, Tensor)");
+  // F.conv2d with integer padding: NCHW or channels_last, batched or unbatched, groups, dilation.
+  m.def("conv2d(Tensor input, Tensor weight, Tensor? bias=None, SymInt[2] stride=1, SymInt[2] padding=0, "
+        "SymInt[2] dilation=1, SymInt groups=1) -> Tensor");
+  // F.conv2d with padding='same' | 'valid' (composite: pads the odd remainder, then calls conv2d).
+  m.def("conv2d.padding(Tensor input, Tensor weight, Tensor? bias=None, SymInt[2] stride=1, str padding=\"valid\", "
+        "SymInt[2] dilation=1, SymInt groups=1) -> Tensor");
+  // Grads of conv2d (input, weight, bias); unrequested grads are empty.
+  m.def("conv2d_backward(Tensor grad_output, Tensor input, Tensor weight, SymInt[2] stride, SymInt[2] padding, "
+        "SymInt[2] dilation, SymInt groups, bool[3] output_mask) -> (Tensor, Tensor, Tensor)");
+  // F.layer_norm over the trailing normalized_shape dims (composite over layer_norm_forward).
+  m.def("layer_norm(Tensor input, SymInt[] normalized_shape, Tensor? weight=None, Tensor? bias=None, "
+        "float eps=1e-05) -> Tensor");
+  // layer_norm returning (output, mean, rstd); mean/rstd in the accumulation dtype, shaped for broadcasting.
+  m.def("layer_norm_forward(Tensor input, SymInt[] normalized_shape, Tensor? weight=None, Tensor? bias=None, "
+        "float eps=1e-05) -> (Tensor, Tensor, Tensor)");
+  // Grads of layer_norm (input, weight, bias) from the saved mean/rstd; unrequested grads are empty.
+  m.def("layer_norm_backward(Tensor grad_output, Tensor input, SymInt[] normalized_shape, Tensor mean, Tensor rstd, "
+        "Tensor? weight, Tensor? bias, bool[3] output_mask) -> (Tensor, Tensor, Tensor)");
+
+  m.impl("conv2d.padding", c10::DispatchKey::CompositeImplicitAutograd,
+         TORCH_FN(xkernels::conv2d_padding_composite));
+  m.impl("layer_norm", c10::DispatchKey::CompositeImplicitAutograd, TORCH_FN(xkernels::layer_norm_composite));
+}

@@ -1,0 +1,226 @@
+// Shared shape rules and validation (see include/xkernels/shapes.h).
+#include "xkernels/shapes.h"
+
+#include <ATen/ATen.h>
+
+namespace xkernels {
+namespace {
+
+bool present(const std::optional<at::Tensor>& t) { return t.has_value() && t->defined(); }
+
+void check_pair(const char* op, const char* arg, at::IntArrayRef v) {
+  XK_CHECK_VALUE(v.size() == 2, op, "argument '", arg, "' must have 2 elements, got ", v.size(), ": ", v);
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------- fused_linear_relu
+LinearProblem check_fused_linear_relu(const at::Tensor& input, const at::Tensor& weight,
+                                      const std::optional<at::Tensor>& bias) {
+  const char* op = "fused_linear_relu";
+  check_defined(op, "input", input);
+  check_defined(op, "weight", weight);
+  check_dtype_supported(op, "input", input);
+  check_same_dtype_device(op, "weight", weight, "input", input);
+  check_optional_same(op, "bias", bias, "input", input);
+  XK_CHECK_VALUE(input.dim() >= 1, op, "argument 'input' must have at least 1 dimension [..., K], got a 0-D tensor");
+  check_dim(op, "weight", weight, 2);
+  const int64_t K = input.size(-1);
+  XK_CHECK_VALUE(weight.size(1) == K, op, "argument 'weight' has shape ", weight.sizes(),
+                 " but input's last dimension is K=", K, "; weight must be [N, K=", K, "]");
+  LinearProblem p;
+  p.K = K;
+  p.N = weight.size(0);
+  if (present(bias)) {
+    XK_CHECK_VALUE(bias->dim() == 1 && bias->size(0) == p.N, op, "argument 'bias' must have shape [", p.N,
+                   "] (N = weight.size(0)), got ", bias->sizes());
+  }
+  p.M = 1;
+  for (int64_t d = 0; d + 1 < input.dim(); ++d) {
+    p.M *= input.size(d);
+    p.out_sizes.push_back(input.size(d));
+  }
+  p.out_sizes.push_back(p.N);
+  return p;
+}
+
+LinearProblem check_fused_linear_relu_backward(const at::Tensor& grad_output, const at::Tensor& input,
+                                               const at::Tensor& weight, const at::Tensor& output) {
+  const char* op = "fused_linear_relu_backward";
+  LinearProblem p = check_fused_linear_relu(input, weight, std::nullopt);
+  check_defined(op, "grad_output", grad_output);
+  check_defined(op, "output", output);
+  check_same_dtype_device(op, "grad_output", grad_output, "input", input);
+  check_same_dtype_device(op, "output", output, "input", input);
+  XK_CHECK_VALUE(grad_output.sizes() == at::IntArrayRef(p.out_sizes), op, "argument 'grad_output' must have shape ",
+                 at::IntArrayRef(p.out_sizes), ", got ", grad_output.sizes());
+  XK_CHECK_VALUE(output.sizes() == at::IntArrayRef(p.out_sizes), op, "argument 'output' must have shape ",
+                 at::IntArrayRef(p.out_sizes), ", got ", output.sizes());
+  return p;
+}
+
+// ---------------------------------------------------------------- conv2d
+static Conv2dProblem conv2d_problem(const char* op, const at::Tensor& input, const at::Tensor& weight,
+                                    at::IntArrayRef stride, at::IntArrayRef padding, at::IntArrayRef dilation,
+                                    int64_t groups) {
+  check_defined(op, "input", input);
+  check_defined(op, "weight", weight);
+  check_dtype_supported(op, "input", input);
+  check_same_dtype_device(op, "weight", weight, "input", input);
+  check_pair(op, "stride", stride);
+  check_pair(op, "padding", padding);
+  check_pair(op, "dilation", dilation);
+  XK_CHECK_VALUE(input.dim() == 3 || input.dim() == 4, op,
+                 "argument 'input' must be 3-D (unbatched [C, H, W]) or 4-D ([N, C, H, W]), got ", input.dim(),
+                 "-D tensor of shape ", input.sizes());
+  check_dim(op, "weight", weight, 4);
+  XK_CHECK_VALUE(stride[0] > 0 && stride[1] > 0, op, "argument 'stride' must be positive, got ", stride);
+  XK_CHECK_VALUE(dilation[0] > 0 && dilation[1] > 0, op, "argument 'dilation' must be positive, got ", dilation);
+  XK_CHECK_VALUE(padding[0] >= 0 && padding[1] >= 0, op, "argument 'padding' must be non-negative, got ", padding);
+  XK_CHECK_VALUE(groups > 0, op, "argument 'groups' must be positive, got ", groups);
+
+  Conv2dProblem p;
+  p.batched = input.dim() == 4;
+  const int64_t off = p.batched ? 1 : 0;
+  p.N = p.batched ? input.size(0) : 1;
+  p.C = input.size(off);
+  p.H = input.size(off + 1);
+  p.W = input.size(off + 2);
+  p.O = weight.size(0);
+  p.KH = weight.size(2);
+  p.KW = weight.size(3);
+  p.groups = groups;
+  p.stride = {stride[0], stride[1]};
+  p.padding = {padding[0], padding[1]};
+  p.dilation = {dilation[0], dilation[1]};
+
+  XK_CHECK_VALUE(p.C % groups == 0, op, "argument 'groups'=", groups, " must divide the input channels C=", p.C);
+  XK_CHECK_VALUE(p.O % groups == 0, op, "argument 'groups'=", groups,
+                 " must divide the output channels weight.size(0)=", p.O);
+  XK_CHECK_VALUE(weight.size(1) * groups == p.C, op, "argument 'weight' has shape ", weight.sizes(),
+                 ": expected weight.size(1) = C/groups = ", p.C, "/", groups, " = ", p.C / groups,
+                 " for input of shape ", input.sizes());
+  const int64_t eff_kh = p.dilation[0] * (p.KH - 1) + 1, eff_kw = p.dilation[1] * (p.KW - 1) + 1;
+  const int64_t ph = p.H + 2 * p.padding[0], pw = p.W + 2 * p.padding[1];
+  XK_CHECK_VALUE(eff_kh <= ph && eff_kw <= pw, op, "argument 'weight': the dilated kernel size (", eff_kh, ", ",
+                 eff_kw, ") is larger than the padded input size (", ph, ", ", pw, ") for input of shape ",
+                 input.sizes(), ", padding ", padding, ", dilation ", dilation);
+  p.OH = (ph - eff_kh) / p.stride[0] + 1;
+  p.OW = (pw - eff_kw) / p.stride[1] + 1;
+  // PyTorch's rule for CPU (mkldnn / slow2d) and CUDA (cuDNN): the output is channels_last
+  // when the input or the weight suggests channels_last.
+  p.channels_last = p.batched && (input.suggest_memory_format() == at::MemoryFormat::ChannelsLast ||
+                                  weight.suggest_memory_format() == at::MemoryFormat::ChannelsLast);
+  return p;
+}
+
+Conv2dProblem check_conv2d(const at::Tensor& input, const at::Tensor& weight, const std::optional<at::Tensor>& bias,
+                           at::IntArrayRef stride, at::IntArrayRef padding, at::IntArrayRef dilation, int64_t groups) {
+  const char* op = "conv2d";
+  Conv2dProblem p = conv2d_problem(op, input, weight, stride, padding, dilation, groups);
+  check_optional_same(op, "bias", bias, "input", input);
+  if (present(bias)) {
+    XK_CHECK_VALUE(bias->dim() == 1 && bias->size(0) == p.O, op, "argument 'bias' must have shape [", p.O,
+                   "] (out_channels), got ", bias->sizes());
+  }
+  return p;
+}
+
+Conv2dProblem check_conv2d_backward(const at::Tensor& grad_output, const at::Tensor& input, const at::Tensor& weight,
+                                    at::IntArrayRef stride, at::IntArrayRef padding, at::IntArrayRef dilation,
+                                    int64_t groups) {
+  const char* op = "conv2d_backward";
+  Conv2dProblem p = conv2d_problem(op, input, weight, stride, padding, dilation, groups);
+  check_defined(op, "grad_output", grad_output);
+  check_same_dtype_device(op, "grad_output", grad_output, "input", input);
+  const auto expect = p.out_sizes();
+  XK_CHECK_VALUE(grad_output.sizes() == at::IntArrayRef(expect), op, "argument 'grad_output' must have shape ",
+                 at::IntArrayRef(expect), ", got ", grad_output.sizes());
+  return p;
+}
+
+std::array<std::array<int64_t, 2>, 2> conv2d_string_padding(const at::Tensor& input, const at::Tensor& weight,
+                                                            at::IntArrayRef stride, c10::string_view padding,
+                                                            at::IntArrayRef dilation) {
+  const char* op = "conv2d";
+  check_pair(op, "stride", stride);
+  check_pair(op, "dilation", dilation);
+  check_dim(op, "weight", weight, 4);
+  std::array<std::array<int64_t, 2>, 2> pads{};
+  if (padding == "valid") return pads;
+  XK_CHECK_VALUE(padding == "same", op, "argument 'padding' must be 'same', 'valid' or integers, got '",
+                 std::string(padding), "'");
+  XK_CHECK_VALUE(stride[0] == 1 && stride[1] == 1, op,
+                 "padding='same' is not supported for strided convolutions, got stride ", stride);
+  for (int d = 0; d < 2; ++d) {
+    const int64_t total = dilation[d] * (weight.size(2 + d) - 1);
+    pads[d][0] = total / 2;
+    pads[d][1] = total - total / 2;
+  }
+  return pads;
+}
+
+at::Tensor conv2d_as_4d_dense(const at::Tensor& t, const Conv2dProblem& p) {
+  at::Tensor t4 = t.dim() == 3 ? t.unsqueeze(0) : t;
+  return t4.contiguous(p.channels_last ? at::MemoryFormat::ChannelsLast : at::MemoryFormat::Contiguous);
+}
+
+// ---------------------------------------------------------------- layer_norm
+LayerNormProblem check_layer_norm(const at::Tensor& input, at::IntArrayRef normalized_shape,
+                                  const std::optional<at::Tensor>& weight, const std::optional<at::Tensor>& bias,
+                                  double eps) {
+  const char* op = "layer_norm";
+  check_defined(op, "input", input);
+  check_dtype_supported(op, "input", input);
+  check_optional_same(op, "weight", weight, "input", input);
+  check_optional_same(op, "bias", bias, "input", input);
+  const int64_t nd = static_cast<int64_t>(normalized_shape.size());
+  XK_CHECK_VALUE(nd >= 1, op, "argument 'normalized_shape' must have at least 1 dimension, got ", normalized_shape);
+  for (int64_t s : normalized_shape)
+    XK_CHECK_VALUE(s >= 0, op, "argument 'normalized_shape' must be non-negative, got ", normalized_shape);
+  XK_CHECK_VALUE(input.dim() >= nd && input.sizes().slice(input.dim() - nd) == normalized_shape, op,
+                 "argument 'normalized_shape'=", normalized_shape, " must match the trailing dimensions of input of shape ",
+                 input.sizes());
+  if (present(weight))
+    XK_CHECK_VALUE(weight->sizes() == normalized_shape, op, "argument 'weight' must have shape normalized_shape=",
+                   normalized_shape, ", got ", weight->sizes());
+  if (present(bias))
+    XK_CHECK_VALUE(bias->sizes() == normalized_shape, op, "argument 'bias' must have shape normalized_shape=",
+                   normalized_shape, ", got ", bias->sizes());
+  LayerNormProblem p;
+  p.normalized_shape = normalized_shape.vec();
+  p.M = 1;
+  p.N = 1;
+  for (int64_t d = 0; d < input.dim(); ++d) {
+    if (d < input.dim() - nd) {
+      p.M *= input.size(d);
+      p.stat_sizes.push_back(input.size(d));
+    } else {
+      p.N *= input.size(d);
+      p.stat_sizes.push_back(1);
+    }
+  }
+  return p;
+}
+
+LayerNormProblem check_layer_norm_backward(const at::Tensor& grad_output, const at::Tensor& input,
+                                           at::IntArrayRef normalized_shape, const at::Tensor& mean,
+                                           const at::Tensor& rstd, const std::optional<at::Tensor>& weight,
+                                           const std::optional<at::Tensor>& bias) {
+  const char* op = "layer_norm_backward";
+  LayerNormProblem p = check_layer_norm(input, normalized_shape, weight, bias, 0.0);
+  check_defined(op, "grad_output", grad_output);
+  check_same_dtype_device(op, "grad_output", grad_output, "input", input);
+  XK_CHECK_VALUE(grad_output.sizes() == input.sizes(), op, "argument 'grad_output' must have the input's shape ",
+                 input.sizes(), ", got ", grad_output.sizes());
+  for (const auto& [name, t] : {std::pair<const char*, const at::Tensor&>{"mean", mean}, {"rstd", rstd}}) {
+    check_defined(op, name, t);
+    XK_CHECK_VALUE(t.numel() == p.M, op, "argument '", name, "' must have ", p.M, " elements (one per row), got shape ",
+                   t.sizes());
+    XK_CHECK(t.device() == input.device(), op, "argument '", name, "' is on device ", t.device(),
+             " but 'input' is on device ", input.device());
+  }
+  return p;
+}
+
+}  // namespace xkernels

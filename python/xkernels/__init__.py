@@ -1,0 +1,55 @@
+"""xkernels: portable custom PyTorch ops — fused linear+bias+ReLU, conv2d, layer norm —
+as single-source SYCL kernels, with CPU reference kernels, native CUDA kernels, and a
+numerical parity harness.
+
+    import xkernels
+    y = xkernels.fused_linear_relu(x, w, b)          # or torch.ops.xkernels.fused_linear_relu
+    with xkernels.use_backend("reference"): ...
+    xkernels.backends()                              # what is built and available, and why not
+"""
+from __future__ import annotations
+
+from . import _env
+
+_env.prepare()  # before the native library (and with it libsycl) loads
+
+import torch  # noqa: E402  (torch must be loaded before the extension)
+
+try:
+    from . import _C  # noqa: E402  registers torch.ops.xkernels.*
+except ImportError as e:  # pragma: no cover - depends on the installation
+    raise ImportError(
+        f"xkernels: the native library failed to load ({e}). If it mentions libsycl, the SYCL runtime "
+        "it was built against is missing: pip install 'intel-sycl-rt>=2025.3.3,!=2026.2.*' "
+        "'intel-cmplr-lib-ur>=2025.3.3,!=2026.2.*' intel-opencl-rt, then rebuild xkernels with "
+        "pip install --no-build-isolation ."
+    ) from e
+
+__version__ = _C.__version__
+
+from .ops import conv2d, fused_linear_relu, layer_norm  # noqa: E402
+from .backends import (  # noqa: E402
+    BackendUnavailableError,
+    backends,
+    best_device,
+    current_backend,
+    dispatch_record,
+    info,
+    use_backend,
+    warmup,
+)
+
+__all__ = [
+    "fused_linear_relu",
+    "conv2d",
+    "layer_norm",
+    "backends",
+    "use_backend",
+    "current_backend",
+    "info",
+    "warmup",
+    "best_device",
+    "dispatch_record",
+    "BackendUnavailableError",
+    "__version__",
+]

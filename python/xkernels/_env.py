@@ -1,0 +1,57 @@
+"""Process environment the SYCL runtime needs, set before the native library loads.
+
+The intel-opencl-rt wheel's ICD file points at a placeholder path, so the OpenCL ICD
+loader finds no CPU runtime by itself: we name the installed libintelocl.so in
+OCL_ICD_FILENAMES (appending to a user's value, never replacing it). Compiled kernels
+persist in the SYCL runtime's on-disk cache, under XKERNELS_CACHE_DIR (default: the
+user's cache directory). Both must be in place before the first SYCL platform query.
+"""
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+
+def cache_dir() -> Path:
+    env = os.environ.get("XKERNELS_CACHE_DIR")
+    if env:
+        return Path(env).expanduser()
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "xkernels"
+
+
+def _lib_dirs() -> list[Path]:
+    dirs = [Path(sys.prefix) / "lib"]
+    base = Path(getattr(sys, "base_prefix", sys.prefix)) / "lib"
+    if base not in dirs:
+        dirs.append(base)
+    return dirs
+
+
+def find_opencl_cpu_runtime() -> Path | None:
+    for d in _lib_dirs():
+        cand = d / "libintelocl.so"
+        if cand.exists():
+            return cand
+    return None
+
+
+def prepare() -> dict[str, str]:
+    """Sets the variables (only where the user has not); returns what it set."""
+    done: dict[str, str] = {}
+    ocl = find_opencl_cpu_runtime()
+    if ocl is not None:
+        current = os.environ.get("OCL_ICD_FILENAMES", "")
+        parts = [p for p in current.split(":") if p]
+        if str(ocl) not in parts:
+            os.environ["OCL_ICD_FILENAMES"] = ":".join(parts + [str(ocl)])
+            done["OCL_ICD_FILENAMES"] = os.environ["OCL_ICD_FILENAMES"]
+    if "SYCL_CACHE_PERSISTENT" not in os.environ:
+        os.environ["SYCL_CACHE_PERSISTENT"] = "1"
+        done["SYCL_CACHE_PERSISTENT"] = "1"
+    if "SYCL_CACHE_DIR" not in os.environ:
+        d = cache_dir() / "sycl"
+        os.environ["SYCL_CACHE_DIR"] = str(d)
+        done["SYCL_CACHE_DIR"] = str(d)
+    return done

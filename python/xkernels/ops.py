@@ -1,0 +1,247 @@
+"""Typed Python entry points, fake (meta) implementations and autograd for the
+xkernels ops. The ops themselves are registered in C++ (csrc/registration.cpp) and
+dispatch by device; this layer stays thin."""
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+from torch import Tensor
+
+_ops = torch.ops.xkernels
+
+_IntOr2 = int | Sequence[int]
+
+
+def _pair(v: _IntOr2, name: str, op: str) -> list[int]:
+    if isinstance(v, int):
+        return [v, v]
+    v = list(v)
+    if len(v) == 1:
+        return [v[0], v[0]]
+    if len(v) != 2:
+        raise ValueError(f"xkernels.{op}: argument '{name}' must be an int or a pair of ints, got {v}")
+    return v
+
+
+# ------------------------------------------------------------------ public functions
+
+
+def fused_linear_relu(input: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
+    """relu(input @ weight.T + bias). input [..., K] (1-D allowed), weight [N, K], bias [N] or None."""
+    return _ops.fused_linear_relu(input, weight, bias)
+
+
+def conv2d(
+    input: Tensor,
+    weight: Tensor,
+    bias: Tensor | None = None,
+    stride: _IntOr2 = 1,
+    padding: _IntOr2 | str = 0,
+    dilation: _IntOr2 = 1,
+    groups: int = 1,
+) -> Tensor:
+    """Same semantics as torch.nn.functional.conv2d (including padding='same'/'valid',
+    unbatched 3-D input and channels_last)."""
+    stride = _pair(stride, "stride", "conv2d")
+    dilation = _pair(dilation, "dilation", "conv2d")
+    if isinstance(padding, str):
+        return _ops.conv2d.padding(input, weight, bias, stride, padding, dilation, groups)
+    return _ops.conv2d(input, weight, bias, stride, _pair(padding, "padding", "conv2d"), dilation, groups)
+
+
+def layer_norm(
+    input: Tensor,
+    normalized_shape: int | Sequence[int],
+    weight: Tensor | None = None,
+    bias: Tensor | None = None,
+    eps: float = 1e-5,
+) -> Tensor:
+    """Same semantics as torch.nn.functional.layer_norm."""
+    if isinstance(normalized_shape, int):
+        normalized_shape = [normalized_shape]
+    return _ops.layer_norm(input, list(normalized_shape), weight, bias, eps)
+
+
+# ------------------------------------------------------------------ fake implementations
+# Shape rules mirror csrc/shapes.cpp; the C++ checks produce the user-facing errors in eager
+# mode, these produce the same ones under torch.compile / export.
+
+
+def _stat_dtype(dtype: torch.dtype) -> torch.dtype:
+    return torch.float64 if dtype == torch.float64 else torch.float32
+
+
+def _linear_out_shape(input: Tensor, weight: Tensor, bias: Tensor | None, op: str) -> list:
+    torch._check(input.dim() >= 1, lambda: f"xkernels.{op}: argument 'input' must have at least 1 dimension")
+    torch._check(weight.dim() == 2, lambda: f"xkernels.{op}: argument 'weight' must be 2-D, got {weight.dim()}-D")
+    torch._check(
+        weight.dtype == input.dtype,
+        lambda: f"xkernels.{op}: argument 'weight' has dtype {weight.dtype} but 'input' has dtype {input.dtype}",
+    )
+    torch._check(
+        weight.shape[1] == input.shape[-1],
+        lambda: f"xkernels.{op}: argument 'weight' has shape {tuple(weight.shape)} but input's last dimension "
+        f"is K={input.shape[-1]}",
+    )
+    if bias is not None:
+        torch._check(
+            bias.dim() == 1 and bias.shape[0] == weight.shape[0],
+            lambda: f"xkernels.{op}: argument 'bias' must have shape [{weight.shape[0]}], got {tuple(bias.shape)}",
+        )
+    return [*input.shape[:-1], weight.shape[0]]
+
+
+@torch.library.register_fake("xkernels::fused_linear_relu")
+def _fused_linear_relu_fake(input, weight, bias=None):
+    return input.new_empty(_linear_out_shape(input, weight, bias, "fused_linear_relu"))
+
+
+@torch.library.register_fake("xkernels::fused_linear_relu_backward")
+def _fused_linear_relu_backward_fake(grad_output, input, weight, output, output_mask):
+    _linear_out_shape(input, weight, None, "fused_linear_relu_backward")
+    gi = input.new_empty(input.shape) if output_mask[0] else input.new_empty((0,))
+    gw = weight.new_empty(weight.shape) if output_mask[1] else weight.new_empty((0,))
+    gb = weight.new_empty((weight.shape[0],)) if output_mask[2] else weight.new_empty((0,))
+    return gi, gw, gb
+
+
+def _conv_problem(input, weight, stride, padding, dilation, groups, op):
+    torch._check(input.dim() in (3, 4), lambda: f"xkernels.{op}: argument 'input' must be 3-D or 4-D, got {input.dim()}-D")
+    torch._check(weight.dim() == 4, lambda: f"xkernels.{op}: argument 'weight' must be 4-D, got {weight.dim()}-D")
+    torch._check(groups > 0, lambda: f"xkernels.{op}: argument 'groups' must be positive, got {groups}")
+    for name, v, ok in (("stride", stride, lambda s: s > 0), ("dilation", dilation, lambda s: s > 0),
+                        ("padding", padding, lambda s: s >= 0)):
+        torch._check(len(v) == 2, lambda: f"xkernels.{op}: argument '{name}' must have 2 elements, got {v}")
+        torch._check(ok(v[0]) and ok(v[1]), lambda: f"xkernels.{op}: argument '{name}' is invalid: {v}")
+    batched = input.dim() == 4
+    C, H, W = input.shape[-3:]
+    O, Cg, KH, KW = weight.shape
+    torch._check(C % groups == 0, lambda: f"xkernels.{op}: argument 'groups'={groups} must divide the input channels C={C}")
+    torch._check(O % groups == 0, lambda: f"xkernels.{op}: argument 'groups'={groups} must divide the output channels {O}")
+    torch._check(Cg * groups == C, lambda: f"xkernels.{op}: argument 'weight' has shape {tuple(weight.shape)}: "
+                 f"expected weight.size(1) = C/groups")
+    OH = (H + 2 * padding[0] - dilation[0] * (KH - 1) - 1) // stride[0] + 1
+    OW = (W + 2 * padding[1] - dilation[1] * (KW - 1) - 1) // stride[1] + 1
+    torch._check(OH > 0 and OW > 0, lambda: f"xkernels.{op}: argument 'weight': the dilated kernel size is larger "
+                 "than the padded input size")
+    cl = batched and (
+        torch._prims_common.suggest_memory_format(input) == torch.channels_last
+        or torch._prims_common.suggest_memory_format(weight) == torch.channels_last
+    )
+    out_shape = [input.shape[0], O, OH, OW] if batched else [O, OH, OW]
+    return out_shape, (torch.channels_last if cl else torch.contiguous_format)
+
+
+@torch.library.register_fake("xkernels::conv2d")
+def _conv2d_fake(input, weight, bias=None, stride=(1, 1), padding=(0, 0), dilation=(1, 1), groups=1):
+    out_shape, fmt = _conv_problem(input, weight, stride, padding, dilation, groups, "conv2d")
+    return torch.empty(out_shape, dtype=input.dtype, device=input.device, memory_format=fmt)
+
+
+@torch.library.register_fake("xkernels::conv2d_backward")
+def _conv2d_backward_fake(grad_output, input, weight, stride, padding, dilation, groups, output_mask):
+    _, fmt = _conv_problem(input, weight, stride, padding, dilation, groups, "conv2d_backward")
+    in_fmt = fmt if input.dim() == 4 else torch.contiguous_format
+    gi = (torch.empty(input.shape, dtype=input.dtype, device=input.device, memory_format=in_fmt)
+          if output_mask[0] else input.new_empty((0,)))
+    gw = (torch.empty(weight.shape, dtype=weight.dtype, device=weight.device, memory_format=fmt)
+          if output_mask[1] else weight.new_empty((0,)))
+    gb = weight.new_empty((weight.shape[0],)) if output_mask[2] else weight.new_empty((0,))
+    return gi, gw, gb
+
+
+def _ln_stat_shape(input, normalized_shape, op):
+    nd = len(normalized_shape)
+    torch._check(nd >= 1, lambda: f"xkernels.{op}: argument 'normalized_shape' must have at least 1 dimension")
+    torch._check(
+        input.dim() >= nd and list(input.shape[input.dim() - nd:]) == list(normalized_shape),
+        lambda: f"xkernels.{op}: argument 'normalized_shape'={list(normalized_shape)} must match the trailing "
+        f"dimensions of input of shape {tuple(input.shape)}",
+    )
+    return [*input.shape[: input.dim() - nd]] + [1] * nd
+
+
+@torch.library.register_fake("xkernels::layer_norm_forward")
+def _layer_norm_forward_fake(input, normalized_shape, weight=None, bias=None, eps=1e-5):
+    stat = _ln_stat_shape(input, normalized_shape, "layer_norm")
+    for name, t in (("weight", weight), ("bias", bias)):
+        if t is not None:
+            torch._check(list(t.shape) == list(normalized_shape),
+                         lambda: f"xkernels.layer_norm: argument '{name}' must have shape normalized_shape")
+    sd = _stat_dtype(input.dtype)
+    return (
+        input.new_empty(input.shape),
+        input.new_empty(stat, dtype=sd),
+        input.new_empty(stat, dtype=sd),
+    )
+
+
+@torch.library.register_fake("xkernels::layer_norm_backward")
+def _layer_norm_backward_fake(grad_output, input, normalized_shape, mean, rstd, weight, bias, output_mask):
+    _ln_stat_shape(input, normalized_shape, "layer_norm_backward")
+    gi = input.new_empty(input.shape) if output_mask[0] else input.new_empty((0,))
+    gw = weight.new_empty(weight.shape) if (output_mask[1] and weight is not None) else input.new_empty((0,))
+    gb = bias.new_empty(bias.shape) if (output_mask[2] and bias is not None) else input.new_empty((0,))
+    return gi, gw, gb
+
+
+# ------------------------------------------------------------------ autograd
+# Backward formulas call the xkernels backward ops, which dispatch per device like the
+# forwards (so the backward runs on the same backend selection as the forward would).
+
+
+def _fused_linear_relu_setup(ctx, inputs, output):
+    input, weight, bias = inputs
+    ctx.has_bias = bias is not None
+    ctx.save_for_backward(input, weight, output)
+
+
+def _fused_linear_relu_bwd(ctx, grad):
+    input, weight, output = ctx.saved_tensors
+    mask = [ctx.needs_input_grad[0], ctx.needs_input_grad[1], ctx.has_bias and ctx.needs_input_grad[2]]
+    gi, gw, gb = _ops.fused_linear_relu_backward(grad, input, weight, output, mask)
+    return (gi if mask[0] else None, gw if mask[1] else None, gb if mask[2] else None)
+
+
+torch.library.register_autograd(
+    "xkernels::fused_linear_relu", _fused_linear_relu_bwd, setup_context=_fused_linear_relu_setup
+)
+
+
+def _conv2d_setup(ctx, inputs, output):
+    input, weight, bias, stride, padding, dilation, groups = inputs
+    ctx.has_bias = bias is not None
+    ctx.params = (stride, padding, dilation, groups)
+    ctx.save_for_backward(input, weight)
+
+
+def _conv2d_bwd(ctx, grad):
+    input, weight = ctx.saved_tensors
+    stride, padding, dilation, groups = ctx.params
+    mask = [ctx.needs_input_grad[0], ctx.needs_input_grad[1], ctx.has_bias and ctx.needs_input_grad[2]]
+    gi, gw, gb = _ops.conv2d_backward(grad, input, weight, stride, padding, dilation, groups, mask)
+    return (gi if mask[0] else None, gw if mask[1] else None, gb if mask[2] else None, None, None, None, None)
+
+
+torch.library.register_autograd("xkernels::conv2d", _conv2d_bwd, setup_context=_conv2d_setup)
+
+
+def _layer_norm_setup(ctx, inputs, output):
+    input, normalized_shape, weight, bias, eps = inputs
+    _, mean, rstd = output
+    ctx.normalized_shape = normalized_shape
+    ctx.has_weight = weight is not None
+    ctx.has_bias = bias is not None
+    ctx.mark_non_differentiable(mean, rstd)
+    ctx.save_for_backward(input, weight, bias, mean, rstd)
+
+
+def _layer_norm_bwd(ctx, grad, _grad_mean, _grad_rstd):
+    input, weight, bias, mean, rstd = ctx.saved_tensors
+    mask = [ctx.needs_input_grad[0], ctx.has_weight and ctx.needs_input_grad[2], ctx.has_bias and ctx.needs_input_grad[3]]
+    gi, gw, gb = _ops.layer_norm_backward(grad, input, ctx.normalized_shape, mean, rstd, weight, bias, mask)
+    return (gi if mask[0] else None, None, gw if mask[1] else None, gb if mask[2] else None, None)
+
+
+torch.library.register_autograd("xkernels::layer_norm_forward", _layer_norm_bwd, setup_context=_layer_norm_setup)

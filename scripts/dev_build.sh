@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# In-place development build: compiles the extension into python/xkernels/ so that
+#   PYTHONPATH=python pytest tests
+# runs against the working tree. Usage: scripts/dev_build.sh [build-dir]  (env as for setup.py)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+BUILD_DIR=${1:-build/dev}
+PY=${PYTHON:-python}
+TORCH_PREFIX=$($PY -c 'import torch.utils; print(torch.utils.cmake_prefix_path)')
+TORCH_CUDA=$($PY -c 'import torch; print(torch.version.cuda or "")')
+TORCH_XPU=$($PY -c 'import torch; print("ON" if getattr(torch.version, "xpu", None) else "OFF")')
+SYCL_ROOT=$($PY -c 'import sys, os; p=sys.prefix; print(p if os.path.exists(os.path.join(p,"include/sycl/sycl.hpp")) else "")')
+cmake -S . -B "$BUILD_DIR" -G Ninja \
+  -DCMAKE_BUILD_TYPE="${XKERNELS_BUILD_TYPE:-Release}" \
+  -DCMAKE_LIBRARY_OUTPUT_DIRECTORY="$PWD/python/xkernels" \
+  -DPython_EXECUTABLE="$(command -v $PY)" \
+  -DCMAKE_PREFIX_PATH="$TORCH_PREFIX" \
+  -DXKERNELS_SYCL="${XKERNELS_SYCL:-AUTO}" -DXKERNELS_SYCL_ROOT="$SYCL_ROOT" \
+  -DXKERNELS_CUDA="${XKERNELS_CUDA:-AUTO}" -DXKERNELS_TORCH_CUDA_VERSION="$TORCH_CUDA" \
+  -DXKERNELS_TORCH_XPU="$TORCH_XPU" -DXKERNELS_SANITIZE="${XKERNELS_SANITIZE:-}" \
+  -DXKERNELS_VERSION=0.1.0 ${CMAKE_ARGS:-} >/dev/null
+cmake --build "$BUILD_DIR" -j "${CMAKE_BUILD_PARALLEL_LEVEL:-2}"

@@ -1,0 +1,70 @@
+"""Build driver: setuptools hands the native extension to CMake (Ninja generator).
+
+Configuration comes from the environment (all optional):
+  XKERNELS_SYCL=auto|on|off   SYCL backend (auto: on when the SYCL runtime headers are installed)
+  XKERNELS_CUDA=auto|on|off   native CUDA backend (auto: nvcc found AND torch built with CUDA)
+  XKERNELS_BUILD_TYPE=Release|Debug|RelWithDebInfo
+  XKERNELS_SANITIZE=address,undefined   sanitizer test build
+  CMAKE_ARGS                  extra arguments passed to CMake verbatim
+"""
+import os
+import shlex
+import subprocess
+import sys
+import sysconfig
+from pathlib import Path
+
+from setuptools import Extension, setup
+from setuptools.command.build_ext import build_ext
+
+ROOT = Path(__file__).resolve().parent
+
+
+def _sycl_prefix():
+    """Prefix holding include/sycl/sycl.hpp and lib/libsycl.so from the intel-sycl-rt wheel."""
+    candidates = [os.environ.get("XKERNELS_SYCL_ROOT"), sys.prefix, sysconfig.get_config_var("prefix")]
+    for c in candidates:
+        if c and (Path(c) / "include" / "sycl" / "sycl.hpp").exists() and (Path(c) / "lib" / "libsycl.so").exists():
+            return str(Path(c))
+    return ""
+
+
+class CMakeExtension(Extension):
+    def __init__(self, name):
+        super().__init__(name, sources=[])
+
+
+class CMakeBuild(build_ext):
+    def build_extension(self, ext):
+        import torch  # the installed torch; see pyproject.toml for why it is not a build requirement
+
+        out_dir = Path(self.get_ext_fullpath(ext.name)).parent.resolve()
+        build_temp = Path(self.build_temp).resolve() / ext.name
+        build_temp.mkdir(parents=True, exist_ok=True)
+        cfg = os.environ.get("XKERNELS_BUILD_TYPE", "Release")
+        args = [
+            f"-DCMAKE_LIBRARY_OUTPUT_DIRECTORY={out_dir}",
+            f"-DCMAKE_BUILD_TYPE={cfg}",
+            f"-DPython_EXECUTABLE={sys.executable}",
+            f"-DCMAKE_PREFIX_PATH={torch.utils.cmake_prefix_path}",
+            f"-DXKERNELS_SYCL={os.environ.get('XKERNELS_SYCL', 'auto').upper()}",
+            f"-DXKERNELS_SYCL_ROOT={_sycl_prefix()}",
+            f"-DXKERNELS_CUDA={os.environ.get('XKERNELS_CUDA', 'auto').upper()}",
+            f"-DXKERNELS_TORCH_CUDA_VERSION={torch.version.cuda or ''}",
+            f"-DXKERNELS_TORCH_XPU={'ON' if getattr(torch.version, 'xpu', None) else 'OFF'}",
+            f"-DXKERNELS_SANITIZE={os.environ.get('XKERNELS_SANITIZE', '')}",
+            f"-DXKERNELS_VERSION={self.distribution.get_version()}",
+            "-G", "Ninja",
+        ]
+        args += shlex.split(os.environ.get("CMAKE_ARGS", ""))
+        subprocess.run(["cmake", "-S", str(ROOT), "-B", str(build_temp), *args], check=True)
+        jobs = os.environ.get("CMAKE_BUILD_PARALLEL_LEVEL", str(os.cpu_count() or 2))
+        subprocess.run(["cmake", "--build", str(build_temp), "--config", cfg, "-j", jobs], check=True)
+
+
+setup(
+    ext_modules=[CMakeExtension("xkernels._C")],
+    cmdclass={"build_ext": CMakeBuild},
+    package_data={"xkernels": ["py.typed"]},
+    zip_safe=False,
+)
