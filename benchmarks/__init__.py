@@ -1,0 +1,1 @@
+"""xkernels benchmark suite: `python -m benchmarks.run [--quick]`."""

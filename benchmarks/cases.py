@@ -1,0 +1,87 @@
+"""Benchmark cases for each op, with explicit work formulas.
+
+FLOPs: fused_linear_relu fwd 2*M*N*K (+ bias/ReLU ignored); backward adds dX and dW GEMMs (4*M*N*K).
+conv2d fwd 2*N*O*OH*OW*(C/groups)*KH*KW; backward x2 more. layer_norm is memory bound: bytes moved
+= read x + write y (+ weight/bias) fwd; backward reads x, dy, writes dx (+ stats), 3x the tensor.
+"""
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from .harness import Case
+
+LINEAR_M = [1, 8, 64, 512, 4096]
+LINEAR_NK = [1024, 4096]
+# ResNet-50's distinct 3x3 and 1x1 conv layers (C_in, C_out, H=W).
+RESNET50_3X3 = [(64, 64, 56), (128, 128, 28), (256, 256, 14), (512, 512, 7)]
+RESNET50_1X1 = [(64, 256, 56), (256, 64, 56), (512, 128, 28), (1024, 256, 14), (2048, 512, 7)]
+LAYER_NORM = [(2048, 1024), (8192, 1024), (2048, 4096), (512, 8192)]
+
+
+def _g(seed):
+    return torch.Generator().manual_seed(seed)
+
+
+def linear_cases(dtype, modes, ms=LINEAR_M, nks=LINEAR_NK):
+    out = []
+    for nk in nks:
+        for m in ms:
+            for mode in modes:
+                def make(m=m, nk=nk, mode=mode):
+                    g = _g(m * 7 + nk)
+                    rg = mode == "fwd+bwd"
+                    x = (torch.randn(m, nk, generator=g) / nk ** 0.5).to(dtype).requires_grad_(rg)
+                    w = torch.randn(nk, nk, generator=g).to(dtype).requires_grad_(rg)
+                    b = torch.randn(nk, generator=g).to(dtype).requires_grad_(rg)
+                    return (x, w, b), {}
+                flops = 2.0 * m * nk * nk * (3 if mode == "fwd+bwd" else 1)
+                out.append(Case("fused_linear_relu", mode, dtype, f"M={m},N=K={nk}", make,
+                                lambda a, k: torch.relu(F.linear(*(t.detach().double() for t in a))), flops,
+                                "GFLOP/s", big=m * nk * nk > 64 * 1024 * 1024))
+    return out
+
+
+def conv_cases(dtype, modes, batches=(1, 8), layouts=("nchw", "channels_last"), layers=None):
+    layers = layers or [(c, o, hw, 3) for c, o, hw in RESNET50_3X3] + [(c, o, hw, 1) for c, o, hw in RESNET50_1X1]
+    out = []
+    for c, o, hw, k in layers:
+        for n in batches:
+            for layout in layouts:
+                for mode in modes:
+                    def make(c=c, o=o, hw=hw, k=k, n=n, layout=layout, mode=mode):
+                        g = _g(c + o + hw + n)
+                        rg = mode == "fwd+bwd"
+                        fmt = torch.channels_last if layout == "channels_last" else torch.contiguous_format
+                        x = torch.randn(n, c, hw, hw, generator=g).to(dtype).contiguous(memory_format=fmt)
+                        w = (torch.randn(o, c, k, k, generator=g) / (c * k * k) ** 0.5).to(dtype)
+                        w = w.contiguous(memory_format=fmt)
+                        b = torch.randn(o, generator=g).to(dtype)
+                        for t in (x, w, b):
+                            t.requires_grad_(rg)
+                        return (x, w, b), {"padding": k // 2}
+                    flops = 2.0 * n * o * hw * hw * c * k * k * (3 if mode == "fwd+bwd" else 1)
+                    out.append(Case("conv2d", mode, dtype, f"{k}x{k} C={c} O={o} HW={hw} N={n} {layout}", make,
+                                    lambda a, kw: F.conv2d(*(t.detach().double() for t in a), **kw), flops,
+                                    "GFLOP/s", big=flops > 2e9))
+    return out
+
+
+def layer_norm_cases(dtype, modes, shapes=LAYER_NORM):
+    out = []
+    for rows, hidden in shapes:
+        for mode in modes:
+            def make(rows=rows, hidden=hidden, mode=mode):
+                g = _g(rows + hidden)
+                rg = mode == "fwd+bwd"
+                x = torch.randn(rows, hidden, generator=g).to(dtype).requires_grad_(rg)
+                w = (1 + 0.1 * torch.randn(hidden, generator=g)).to(dtype).requires_grad_(rg)
+                b = (0.1 * torch.randn(hidden, generator=g)).to(dtype).requires_grad_(rg)
+                return (x, [hidden], w, b), {}
+            elt = torch.empty((), dtype=dtype).element_size()
+            nbytes = rows * hidden * elt * (2 if mode == "fwd" else 5)
+            out.append(Case("layer_norm", mode, dtype, f"{rows}x{hidden}", make,
+                            lambda a, k: F.layer_norm(a[0].detach().double(), a[1], a[2].detach().double(),
+                                                      a[3].detach().double()),
+                            nbytes, "GB/s", big=rows * hidden > 4 * 1024 * 1024))
+    return out

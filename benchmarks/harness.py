@@ -1,0 +1,174 @@
+"""One harness for every provider: xkernels on each backend, torch eager, torch.compile,
+and Intel Extension for PyTorch where installed.
+
+Rules (README "Benchmarks"): correctness is checked against a float64 oracle before any
+timing; warm-up (and kernel compilation) is excluded; providers are timed interleaved,
+round-robin, in one process, so machine noise hits them alike; each provider gets
+`repeats` samples of a timed inner loop; median and spread (IQR / median) are reported;
+throughput comes from explicit FLOP or byte formulas given by each case.
+"""
+from __future__ import annotations
+
+import csv
+import datetime as _dt
+import os
+import platform
+import statistics
+import subprocess
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import torch
+
+import xkernels
+
+RESULTS_DIR = Path(__file__).resolve().parent / "results"
+CSV_FIELDS = ["timestamp", "commit", "op", "mode", "provider", "dtype", "shape", "metric", "unit", "median",
+              "spread", "median_ms", "samples", "device", "torch", "xkernels", "sycl_runtime", "threads"]
+
+# Correctness budgets (max abs error vs the float64 oracle, scaled by the oracle's magnitude).
+CHECK_RTOL = {torch.float32: 2e-4, torch.float64: 1e-10, torch.bfloat16: 3e-2, torch.float16: 5e-3}
+
+
+@dataclass
+class Case:
+    op: str
+    mode: str                      # "fwd" or "fwd+bwd"
+    dtype: torch.dtype
+    shape: str                     # printable shape key
+    make_inputs: Callable[[], tuple]   # -> (args tuple, kwargs dict); tensors with requires_grad as needed
+    oracle: Callable               # (args, kwargs) -> float64 output (forward)
+    work: float                    # FLOPs or bytes per call (for the metric)
+    metric: str                    # "GFLOP/s" or "GB/s"
+    big: bool = False              # skip slow providers (the reference backend) on these
+
+
+@dataclass
+class Provider:
+    name: str
+    fn: Callable                   # (op, args, kwargs) -> output
+    available: bool = True
+    reason: str = ""
+    handles_big: bool = True
+    setup: Callable | None = None  # context manager factory entered around calls
+    extra: dict = field(default_factory=dict)
+
+
+def _commit() -> str:
+    try:
+        return subprocess.run(["git", "describe", "--always", "--dirty", "--abbrev=8"], capture_output=True, text=True,
+                              cwd=Path(__file__).parent, check=True).stdout.strip()
+    except Exception:
+        return "unknown"
+
+
+def device_name() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "cpu"
+
+
+def provenance() -> dict:
+    info = xkernels.info()
+    return {
+        "commit": _commit(),
+        "device": device_name(),
+        "torch": torch.__version__,
+        "xkernels": xkernels.__version__,
+        "sycl_runtime": info.get("sycl", {}).get("runtime", ""),
+        "threads": str(torch.get_num_threads()),
+    }
+
+
+def _relerr(out: torch.Tensor, ref: torch.Tensor) -> float:
+    scale = ref.abs().max().item() or 1.0
+    return (out.double() - ref).abs().max().item() / scale
+
+
+def _run(provider: Provider, case: Case, args, kwargs, backward: bool):
+    out = provider.fn(case.op, args, kwargs)
+    if backward:
+        out.sum().backward() if out.requires_grad else None
+    return out
+
+
+def _clear_grads(args):
+    for a in args:
+        if isinstance(a, torch.Tensor) and a.grad is not None:
+            a.grad = None
+
+
+def time_case(case: Case, providers: list[Provider], repeats: int, min_time: float, log=print) -> list[dict]:
+    """Checks every provider, then times them interleaved. Returns one row per provider."""
+    args, kwargs = case.make_inputs()
+    ref = case.oracle(args, kwargs)
+    backward = case.mode == "fwd+bwd"
+    live: list[Provider] = []
+    rows = []
+    for p in providers:
+        if not p.available or (case.big and not p.handles_big):
+            continue
+        try:
+            out = _run(p, case, args, kwargs, backward)  # warm-up: compiles kernels / traces graphs
+            _clear_grads(args)
+            err = _relerr(out.detach(), ref)
+        except Exception as e:  # a provider that cannot run this case is reported, not timed
+            log(f"    {p.name:22s} ERROR {type(e).__name__}: {str(e).splitlines()[0][:120]}")
+            continue
+        if not err <= CHECK_RTOL[case.dtype]:
+            raise AssertionError(f"{case.op} {case.shape} {case.dtype} {p.name}: relative error {err:.3g} exceeds "
+                                 f"{CHECK_RTOL[case.dtype]:.1g}; refusing to time a wrong result")
+        live.append(p)
+    if not live:
+        return rows
+    # Inner-loop length per provider so each sample lasts >= min_time / repeats.
+    inner = {}
+    for p in live:
+        t0 = time.perf_counter()
+        _run(p, case, args, kwargs, backward)
+        dt = max(time.perf_counter() - t0, 1e-7)
+        inner[p.name] = max(1, int((min_time / repeats) / dt))
+    samples: dict[str, list[float]] = {p.name: [] for p in live}
+    for _ in range(repeats):
+        for p in live:  # round-robin: every provider sees the same machine state
+            n = inner[p.name]
+            _clear_grads(args)
+            t0 = time.perf_counter()
+            for _ in range(n):
+                _run(p, case, args, kwargs, backward)
+            samples[p.name].append((time.perf_counter() - t0) / n)
+    for p in live:
+        s = sorted(samples[p.name])
+        med = statistics.median(s)
+        q1, q3 = (s[len(s) // 4], s[(3 * len(s)) // 4]) if len(s) >= 4 else (s[0], s[-1])
+        value = case.work / med / 1e9
+        rows.append({
+            "op": case.op, "mode": case.mode, "provider": p.name, "dtype": str(case.dtype).replace("torch.", ""),
+            "shape": case.shape, "metric": case.metric.split("/")[0].lower() + "_per_s", "unit": case.metric,
+            "median": f"{value:.3f}", "spread": f"{(q3 - q1) / med:.3f}", "median_ms": f"{med * 1e3:.4f}",
+            "samples": len(s),
+        })
+    return rows
+
+
+def append_csv(rows: list[dict], path: Path, prov: dict) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    new = not path.exists()
+    stamp = _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    with path.open("a", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=CSV_FIELDS)
+        if new:
+            w.writeheader()
+        for r in rows:
+            w.writerow({"timestamp": stamp, **prov, **r})
+
+
+def env_summary() -> str:
+    keys = ["OMP_NUM_THREADS", "OMP_WAIT_POLICY", "CL_CONFIG_CPU_TBB_NUM_WORKERS", "XKERNELS_BACKEND"]
+    return ", ".join(f"{k}={os.environ[k]}" for k in keys if k in os.environ) or "(defaults)"
