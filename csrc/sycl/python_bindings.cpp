@@ -78,6 +78,16 @@ void bind_python(py::module_& m) {
   m.def("runtime_version", &runtime_version, "The SYCL runtime in use, e.g. '2026.1.2'.");
   m.def("runtime_version_source", &runtime_version_source, "Where runtime_version() came from.");
   m.def("build_options", &build_options_for_runtime, "Options every kernel build gets (incl. the FP options).");
+  m.def("build_log", &build_log,
+        "Kernel-group builds done by this process: [(label, seconds)] (once per device and group).");
+  m.def(
+      "kernel_groups",
+      [] {
+        std::vector<std::string> out;
+        for (const KernelGroup* g : kernel_groups()) out.push_back(g->file);
+        return out;
+      },
+      "Kernel files (groups) registered by the SYCL ops.");
   m.def("cache_purged", &cache_purged,
         "Directories of corrupted on-disk kernel-cache entries this process removed before building.");
   m.def("provider_kind", &provider_kind, "How kernels reach the device.");

@@ -368,6 +368,7 @@ void verify_cache(const fs::path& root) {
   if (g_cache_verified) return;
   g_cache_verified = true;
   Manifest m = read_manifest(root);
+  const size_t recorded = m.size();
   std::vector<fs::path> bad_dirs;
   std::error_code ec;
   for (auto it = m.begin(); it != m.end();) {
@@ -402,7 +403,7 @@ void verify_cache(const fs::path& root) {
     TORCH_WARN("xkernels: removed a corrupted entry of the SYCL kernel cache (", d.string(),
                "); its kernels are compiled again");
   }
-  write_manifest(root, m);
+  if (m.size() != recorded) write_manifest(root, m);
 }
 
 // Held around every build: verifies the cache once, then records what the build wrote.
@@ -432,6 +433,13 @@ class CacheSession {
     } catch (const std::exception&) {
       // Bookkeeping only: a failure here must not fail the build.
     }
+  }
+  // True when the build just done compiled source to IR and cached that IR (a cold build).
+  bool wrote_new_ir() const {
+    if (root_.empty()) return false;
+    for (const auto& [rel, stamp] : scan_cache(root_))
+      if (rel.rfind("ext_kernel_compiler/", 0) == 0 && !before_.count(rel)) return true;
+    return false;
   }
   CacheSession(const CacheSession&) = delete;
   CacheSession& operator=(const CacheSession&) = delete;
@@ -476,11 +484,22 @@ sycl::kernel_bundle<sycl::bundle_state::executable> build_bundle(const sycl::con
   std::string log;
   try {
     const CacheSession cache;  // the on-disk cache is checked before and recorded after the build
-    auto src = syclex::create_kernel_bundle_from_source(ctx, syclex::source_language::sycl, source,
-                                                        syclex::properties{includes});
-    return syclex::build(src, std::vector<sycl::device>{dev},
-                         syclex::properties{syclex::build_options{options}, syclex::save_log{&log},
-                                            syclex::registered_names{names}});
+    auto build_once = [&] {
+      auto src = syclex::create_kernel_bundle_from_source(ctx, syclex::source_language::sycl, source,
+                                                          syclex::properties{includes});
+      return syclex::build(src, std::vector<sycl::device>{dev},
+                           syclex::properties{syclex::build_options{options}, syclex::save_log{&log},
+                                              syclex::registered_names{names}});
+    };
+    auto bundle = build_once();
+    if (cache.wrote_new_ir()) {
+      // A cold build caches the source's IR, but not the device code of that path; later
+      // processes find the IR and compile its device code (a separately cached path) again:
+      // measured 1.8-2.9 s instead of 0.5-0.7 s for the second process. Building once more
+      // now takes that path and caches its device code, so the second process is warm.
+      bundle = build_once();
+    }
+    return bundle;
   } catch (const sycl::exception& e) {
     TORCH_CHECK(false, "xkernels: compiling SYCL kernels '", label, "' for device '",
                 dev.get_info<sycl::info::device::name>(), "' failed (SYCL runtime ", runtime_version_info().text,
@@ -515,6 +534,9 @@ std::unordered_map<SlotKey, std::shared_ptr<Slot>, SlotKeyHash>& slots() {
   return *m;
 }
 
+std::mutex g_build_log_mu;
+std::vector<std::pair<std::string, double>> g_build_log;  // every group build of this process
+
 // Returns the slot, built (compiling now if nobody has). `*compiled` says whether this call compiled.
 Slot& built_slot(const sycl::context& ctx, const sycl::device& dev, const KernelGroup& group, bool* compiled) {
   std::shared_ptr<Slot> slot;
@@ -548,6 +570,10 @@ Slot& built_slot(const sycl::context& ctx, const sycl::device& dev, const Kernel
   }
   slot->seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   slot->built = true;
+  {
+    std::lock_guard<std::mutex> log_lock(g_build_log_mu);
+    g_build_log.emplace_back(traits_of_device(dev).name + ": " + group.file, slot->seconds);
+  }
   if (compiled) *compiled = true;
   return *slot;
 }
@@ -665,6 +691,11 @@ std::vector<std::string> build_options_with(const std::vector<std::string>& fp_o
   if (runtime_version_info().year < 2026) opts.push_back("-fno-sycl-device-lib=all");
   opts.insert(opts.end(), fp_options.begin(), fp_options.end());
   return opts;
+}
+
+std::vector<std::pair<std::string, double>> build_log() {
+  std::lock_guard<std::mutex> lock(g_build_log_mu);
+  return g_build_log;
 }
 
 std::vector<std::string> cache_purged() {

@@ -39,6 +39,10 @@ std::vector<std::string> build_options_with(const std::vector<std::string>& fp_o
 // "compiled at run time (kernel_compiler)" (or, for an ahead-of-time build, what was used).
 std::string provider_kind();
 
+// Every kernel-group build of this process: ("<device>: <file>", seconds), in order. A build
+// served by the on-disk cache is listed too (it is fast).
+std::vector<std::pair<std::string, double>> build_log();
+
 // Entries of the on-disk kernel cache this process found corrupted and removed (directories).
 std::vector<std::string> cache_purged();
 
