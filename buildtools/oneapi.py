@@ -597,7 +597,9 @@ def make_plan(env: Mapping[str, str], repo_root: Path, build_dir: Path, library_
     library = library_dir / LIBRARY_NAME
     base = [str(tc.icpx), "-fsycl", f"-fsycl-targets={','.join(tgt.targets)}"]
     cuda_path = [f"--cuda-path={tgt.cuda_toolkit}"] if tgt.cuda_toolkit else []
-    compile_common = [*base, *cuda_path, "-std=c++17", "-O2", "-fPIC", *fp,
+    # Backend options go on every line: the NVPTX compile binds the architecture at compile time, the
+    # device link/ocloc step at link time.
+    compile_common = [*base, *tgt.backend_options, *cuda_path, "-std=c++17", "-O2", "-fPIC", *fp,
                       f"-I{kernels_dir}", f"-I{repo_root / 'csrc' / 'sycl'}"]
     aot_header = repo_root / "csrc" / "sycl" / "aot_kernels.h"
     generated: dict[Path, str] = {}
@@ -671,8 +673,9 @@ def configure_for_setup(env: Mapping[str, str], repo_root: Path, build_dir: Path
             raise OneAPIError("XKERNELS_SYCL_AOT=on but no oneAPI compiler was found: set ONEAPI_ROOT (source "
                               "<oneapi>/setvars.sh) or put icpx on PATH")
         return off("no oneAPI compiler (ONEAPI_ROOT unset, no icpx on PATH); kernels are compiled at run time")
-    if not host_sycl_prefix and not plan.sycl_root_override:
-        raise OneAPIError("internal: no SYCL runtime prefix for the host code")
+    if not plan.kernels:
+        return off(f"icpx {plan.toolchain.version_str} found, but no kernel file in csrc/sycl/kernels lists "
+                   "'// xkernels-aot:' names; kernels are compiled at run time")
     frag = plan.write()
     return SetupResult(plan, plan.cmake_args(frag), plan.summary())
 

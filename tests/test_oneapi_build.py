@@ -342,7 +342,7 @@ def test_cuda_arch_override(tmp_path, repo):
     cuda = fake_cuda_toolkit(tmp_path / "cuda")
     env = plan_env(tmp_path, ONEAPI_ROOT=str(root), CUDA_PATH=str(cuda), XKERNELS_SYCL_CUDA_ARCH="sm_90")
     plan = plan_for(tmp_path, repo, env)
-    assert "--offload-arch=sm_90" in plan.steps[-1].argv
+    assert all("--offload-arch=sm_90" in s.argv for s in plan.steps)
     assert plan.targets.provider_spec == "spir64 nvptx64-nvidia-cuda:sm_90"
     env["XKERNELS_SYCL_CUDA_ARCH"] = "90"
     assert "is not an NVIDIA architecture" in _error(tmp_path, repo, env)
@@ -404,14 +404,14 @@ def test_exact_commands_component_layout_with_cuda_plugin(tmp_path, repo):
     icpx = str(root / "compiler" / "latest" / "bin" / "icpx")
     b, k = tmp_path / "build", repo / "csrc" / "sycl" / "kernels"
     targets = "-fsycl-targets=spir64,nvptx64-nvidia-cuda"
-    compile_head = [icpx, "-fsycl", targets, f"--cuda-path={cuda}", "-std=c++17", "-O2", "-fPIC", *FP,
+    backend = ["-Xsycl-target-backend=nvptx64-nvidia-cuda", "--offload-arch=sm_75"]
+    compile_head = [icpx, "-fsycl", targets, *backend, f"--cuda-path={cuda}", "-std=c++17", "-O2", "-fPIC", *FP,
                     f"-I{k}", f"-I{repo / 'csrc' / 'sycl'}", "-c"]
     assert [list(s.argv) for s in plan.steps] == [
         [*compile_head, f"{b}/gen/aot_conv2d.cpp", "-o", f"{b}/obj/aot_conv2d.o"],
         [*compile_head, f"{b}/gen/aot_layer_norm.cpp", "-o", f"{b}/obj/aot_layer_norm.o"],
         [*compile_head, f"{b}/gen/aot_index.cpp", "-o", f"{b}/obj/aot_index.o"],
-        [icpx, "-fsycl", targets, "-Xsycl-target-backend=nvptx64-nvidia-cuda", "--offload-arch=sm_75",
-         f"--cuda-path={cuda}", "-O2", "-fPIC", *FP, "-shared", "-Wl,-soname,libxkernels_sycl_aot.so",
+        [icpx, "-fsycl", targets, *backend, f"--cuda-path={cuda}", "-O2", "-fPIC", *FP, "-shared", "-Wl,-soname,libxkernels_sycl_aot.so",
          f"-Wl,-rpath,$ORIGIN:$ORIGIN/../../..:{host}/lib:{root}/compiler/latest/lib",
          "-o", f"{tmp_path}/pkg/libxkernels_sycl_aot.so",
          f"{b}/obj/aot_conv2d.o", f"{b}/obj/aot_layer_norm.o", f"{b}/obj/aot_index.o"],
@@ -506,6 +506,10 @@ def test_configure_for_setup_off_paths(tmp_path, repo):
     root = fake_oneapi(tmp_path / "oneapi")
     assert call(ONEAPI_ROOT=str(root), XKERNELS_SYCL_AOT="off").plan is None
     assert call(ONEAPI_ROOT=str(root), XKERNELS_SYCL="off").plan is None
+    empty = fake_repo(tmp_path / "empty", {"common.hpp": COMMON})
+    r = oneapi.configure_for_setup(plan_env(tmp_path, ONEAPI_ROOT=str(root)), empty, tmp_path / "b", tmp_path / "l",
+                                   "", system_cuda_dirs=())
+    assert r.plan is None and "no kernel file in csrc/sycl/kernels lists '// xkernels-aot:' names" in r.summary
     with pytest.raises(oneapi.OneAPIError, match="XKERNELS_SYCL_AOT=on but no oneAPI compiler"):
         call(XKERNELS_SYCL_AOT="on")
     with pytest.raises(oneapi.OneAPIError, match="must be auto, on or off"):
