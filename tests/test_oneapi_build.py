@@ -68,7 +68,7 @@ def _write_exe(path: Path, text: str) -> Path:
     return path
 
 
-def fake_icpx_script(bindir: Path, version: str = "2025.2.0", reject_fp: bool = False, fail: bool = False) -> str:
+def fake_icpx_script(bindir: Path, version: str = "2026.1.0", reject_fp: bool = False, fail: bool = False) -> str:
     """A stand-in for icpx: --version, the flag probe, and 'compiling' (records argv, writes -o)."""
     return f"""#!{sys.executable}
 import json, os, subprocess, sys
@@ -97,7 +97,7 @@ sys.exit(0)
 """
 
 
-def fake_oneapi(root: Path, layout: str = "component", version: str = "2025.2.0", cuda_adapter: bool = False,
+def fake_oneapi(root: Path, layout: str = "component", version: str = "2026.1.0", cuda_adapter: bool = False,
                 libsycl: int = 9, ocloc: bool = False, reject_fp: bool = False, fail: bool = False) -> Path:
     """A oneAPI installation: <root>/compiler/latest/... (component) or <root>/... (unified)."""
     prefix = root / "compiler" / "latest" if layout == "component" else root
@@ -175,7 +175,7 @@ def test_finds_icpx_in_both_oneapi_root_layouts(tmp_path, repo, layout):
     assert plan.toolchain.icpx == prefix / "bin" / "icpx"
     assert plan.toolchain.layout == layout
     assert plan.toolchain.prefix == prefix
-    assert plan.toolchain.version == (2025, 2, 0)
+    assert plan.toolchain.version == (2026, 1, 0)
     assert plan.toolchain.libsycl_major == 9
     assert plan.toolchain.cuda_adapter is None
 
@@ -197,7 +197,7 @@ def test_oneapi_root_wins_over_another_icpx_on_path(tmp_path, repo):
     env["PATH"] = f"{other / 'bin'}:{env['PATH']}"
     plan = plan_for(tmp_path, repo, env)
     assert plan.toolchain.icpx == chosen / "compiler" / "latest" / "bin" / "icpx"
-    assert plan.toolchain.version == (2025, 2, 0)
+    assert plan.toolchain.version == (2026, 1, 0)
 
 
 def test_no_toolchain_means_no_plan(tmp_path, repo):
@@ -486,7 +486,7 @@ def test_generated_sources_compile_and_index_every_kernel(tmp_path, repo):
     p = subprocess.run(cmd, capture_output=True, text=True)
     assert p.returncode == 0, p.stderr
     out = subprocess.run([str(exe)], capture_output=True, text=True, check=True).stdout.splitlines()
-    assert out[:3] == ["targets=spir64 spir64_gen:pvc", "compiler=icpx 2025.2.0", "flags=" + " ".join(FP)]
+    assert out[:3] == ["targets=spir64 spir64_gen:pvc", "compiler=icpx 2026.1.0", "flags=" + " ".join(FP)]
     assert sorted(out[3:]) == sorted(["kernel=conv2d.hpp|xk::conv2d_direct<float, true>|1",
                                       "kernel=layer_norm.hpp|xk::layer_norm_fwd<float>|1",
                                       "kernel=layer_norm.hpp|xk::layer_norm_fwd<sycl::half>|1"])
@@ -526,7 +526,7 @@ def test_configure_for_setup_writes_plan_and_prints_configuration(tmp_path, repo
     assert r.cmake_args == [f"-DXKERNELS_SYCL_AOT_PLAN={frag}", "-DXKERNELS_SYCL_AOT_REASON="]
     assert frag.exists() and (tmp_path / "b" / "gen" / "aot_layer_norm.cpp").exists()
     s = r.summary
-    assert f"compiler     : {root}/compiler/latest/bin/icpx (Intel(R) oneAPI DPC++/C++ Compiler 2025.2.0" in s
+    assert f"compiler     : {root}/compiler/latest/bin/icpx (Intel(R) oneAPI DPC++/C++ Compiler 2026.1.0" in s
     assert "component layout" in s
     assert "targets      : spir64,nvptx64-nvidia-cuda (default)" in s
     assert "backend opts : -Xsycl-target-backend=nvptx64-nvidia-cuda --offload-arch=sm_75" in s
@@ -588,7 +588,7 @@ endforeach()
     cfg = subprocess.run(["cmake", "-S", str(proj), "-B", str(tmp_path / "cb"), "-G", "Ninja",
                           "-DCMAKE_EXPORT_COMPILE_COMMANDS=ON", *r.cmake_args], capture_output=True, text=True, env=env)
     assert cfg.returncode == 0, cfg.stdout + cfg.stderr
-    assert "SUMMARY SYCL AOT        : ON — icpx 2025.2.0, images: spir64 nvptx64-nvidia-cuda:sm_75" in cfg.stdout
+    assert "SUMMARY SYCL AOT        : ON — icpx 2026.1.0, images: spir64 nvptx64-nvidia-cuda:sm_75" in cfg.stdout
     build = subprocess.run(["cmake", "--build", str(tmp_path / "cb"), "-j", "1"], capture_output=True, text=True,
                            env=env)
     assert build.returncode == 0, build.stdout + build.stderr
