@@ -103,6 +103,7 @@ class Toolchain:
     libsycl_major: int | None
     cuda_adapter: Path | None
     ocloc: Path | None
+    opencl_aot: Path | None
 
     @property
     def version_str(self) -> str:
@@ -205,11 +206,13 @@ def validate_toolchain(icpx: Path, layout: str, root: Path | None, run: Runner =
                           f"missing {', '.join(missing)}. Reinstall the DPC++/C++ compiler component, or " + OFF_HINT)
     adapters = sorted(prefix.joinpath("lib").glob("libur_adapter_cuda.so*"))
     ocloc = prefix / "bin" / "ocloc"
+    opencl_aot = prefix / "bin" / "opencl-aot"
     return Toolchain(
         icpx=icpx, layout=layout, oneapi_root=root, prefix=prefix, version=version, version_line=line,
         libsycl_major=libsycl_major(prefix / "lib"),
         cuda_adapter=adapters[0] if adapters else None,
         ocloc=ocloc if ocloc.exists() else None,
+        opencl_aot=opencl_aot if opencl_aot.exists() else None,
     )
 
 
@@ -334,6 +337,10 @@ def resolve_targets(env: Mapping[str, str], tc: Toolchain, cuda_toolkit: Path | 
             raise OneAPIError(f"spir64_gen needs Intel's offline compiler ocloc, which is not in {tc.prefix / 'bin'}. "
                               "Install the oneAPI GPU offline compiler (or the GPU driver's ocloc package) or unset "
                               "XKERNELS_SYCL_AOT_DEVICES")
+    if "spir64_x86_64" in targets and tc.opencl_aot is None:
+        raise OneAPIError(f"spir64_x86_64 (x86-64 CPU code) needs opencl-aot, which is not in {tc.prefix / 'bin'}. "
+                          "Install the oneAPI CPU runtime's AOT compiler, or drop spir64_x86_64 from "
+                          "XKERNELS_SYCL_TARGETS")
     cuda_arch = env.get("XKERNELS_SYCL_CUDA_ARCH", "").strip() or DEFAULT_CUDA_ARCH
     if not _CUDA_ARCH_RE.match(cuda_arch):
         raise OneAPIError(f"XKERNELS_SYCL_CUDA_ARCH={cuda_arch!r} is not an NVIDIA architecture like sm_80 or sm_90")
@@ -492,7 +499,8 @@ class Plan:
         lines = [
             "xkernels: oneAPI ahead-of-time SYCL kernels",
             f"  compiler     : {tc.icpx} ({tc.version_line or 'icpx ' + tc.version_str}; {where})",
-            f"  libsycl      : oneAPI libsycl.so.{tc.libsycl_major}; runtime xkernels links: {host}",
+            f"  libsycl      : oneAPI {'libsycl.so.' + str(tc.libsycl_major) if tc.libsycl_major else 'libsycl (version unknown)'}; "
+            f"runtime xkernels links: {host}",
             f"  CUDA plugin  : {tc.cuda_adapter or 'not installed (no libur_adapter_cuda.so in ' + str(tc.lib_dir) + ')'}",
             f"  CUDA toolkit : {t.cuda_toolkit or 'not used'}",
             f"  targets      : {','.join(t.targets)} ({t.source})",
@@ -605,21 +613,24 @@ def make_plan(env: Mapping[str, str], repo_root: Path, build_dir: Path, library_
     generated: dict[Path, str] = {}
     steps: list[Step] = []
     objects: list[Path] = []
-    idents = []
+    idents: dict[str, str] = {}
     for fname, names in kernels.items():
         ident = _ident(Path(fname).stem)
-        idents.append(ident)
-        src = gen_dir / f"aot_{ident}.cpp"
-        obj = obj_dir / f"aot_{ident}.o"
+        if ident in idents:
+            raise OneAPIError(f"kernel files {idents[ident]} and {fname} map to the same generated name "
+                              f"'{ident}'; rename one of them")
+        idents[ident] = fname
+        src = gen_dir / f"kernels_{ident}.cpp"
+        obj = obj_dir / f"kernels_{ident}.o"
         generated[src] = generated_kernel_tu(fname, names)
         others = tuple(p for p in kernel_files)  # a kernel file may include a shared helper header
         steps.append(Step((*compile_common, "-c", str(src), "-o", str(obj)), obj, (src, aot_header, *others),
                           f"icpx: ahead-of-time SYCL kernels of {fname} ({len(names)} names)"))
         objects.append(obj)
     flags_str = shlex.join(fp)
-    index_src = gen_dir / "aot_index.cpp"
-    index_obj = obj_dir / "aot_index.o"
-    generated[index_src] = generated_index_tu(idents, {
+    index_src = gen_dir / "index.cpp"
+    index_obj = obj_dir / "index.o"
+    generated[index_src] = generated_index_tu(list(idents), {
         "targets": tgt.provider_spec, "compiler": f"icpx {tc.version_str}", "flags": flags_str})
     steps.append(Step((*compile_common, "-c", str(index_src), "-o", str(index_obj)), index_obj,
                       (index_src, aot_header), "icpx: ahead-of-time kernel index"))

@@ -98,7 +98,8 @@ sys.exit(0)
 
 
 def fake_oneapi(root: Path, layout: str = "component", version: str = "2026.1.0", cuda_adapter: bool = False,
-                libsycl: int = 9, ocloc: bool = False, reject_fp: bool = False, fail: bool = False) -> Path:
+                libsycl: int = 9, ocloc: bool = False, reject_fp: bool = False, fail: bool = False,
+                opencl_aot: bool = False) -> Path:
     """A oneAPI installation: <root>/compiler/latest/... (component) or <root>/... (unified)."""
     prefix = root / "compiler" / "latest" if layout == "component" else root
     bindir = prefix / "bin"
@@ -114,6 +115,8 @@ def fake_oneapi(root: Path, layout: str = "component", version: str = "2026.1.0"
         (lib / "libur_adapter_cuda.so.0").write_text("")
     if ocloc:
         _write_exe(bindir / "ocloc", "#!/bin/sh\nexit 0\n")
+    if opencl_aot:
+        _write_exe(bindir / "opencl-aot", "#!/bin/sh\nexit 0\n")
     return root
 
 
@@ -367,6 +370,14 @@ def test_spir64_gen_needs_ocloc_and_devices(tmp_path, repo):
     assert "is not an ocloc device name" in msg
 
 
+def test_cpu_aot_needs_opencl_aot(tmp_path, repo):
+    env = plan_env(tmp_path, XKERNELS_SYCL_TARGETS="spir64,spir64_x86_64")
+    env["ONEAPI_ROOT"] = str(fake_oneapi(tmp_path / "without"))
+    assert "needs opencl-aot" in _error(tmp_path, repo, env)
+    env["ONEAPI_ROOT"] = str(fake_oneapi(tmp_path / "with", opencl_aot=True))
+    assert plan_for(tmp_path, repo, env).targets.provider_spec == "spir64 spir64_x86_64"
+
+
 def test_explicit_targets(tmp_path, repo):
     root = fake_oneapi(tmp_path / "oneapi", cuda_adapter=True)
     cuda = fake_cuda_toolkit(tmp_path / "cuda")
@@ -408,13 +419,13 @@ def test_exact_commands_component_layout_with_cuda_plugin(tmp_path, repo):
     compile_head = [icpx, "-fsycl", targets, *backend, f"--cuda-path={cuda}", "-std=c++17", "-O2", "-fPIC", *FP,
                     f"-I{k}", f"-I{repo / 'csrc' / 'sycl'}", "-c"]
     assert [list(s.argv) for s in plan.steps] == [
-        [*compile_head, f"{b}/gen/aot_conv2d.cpp", "-o", f"{b}/obj/aot_conv2d.o"],
-        [*compile_head, f"{b}/gen/aot_layer_norm.cpp", "-o", f"{b}/obj/aot_layer_norm.o"],
-        [*compile_head, f"{b}/gen/aot_index.cpp", "-o", f"{b}/obj/aot_index.o"],
+        [*compile_head, f"{b}/gen/kernels_conv2d.cpp", "-o", f"{b}/obj/kernels_conv2d.o"],
+        [*compile_head, f"{b}/gen/kernels_layer_norm.cpp", "-o", f"{b}/obj/kernels_layer_norm.o"],
+        [*compile_head, f"{b}/gen/index.cpp", "-o", f"{b}/obj/index.o"],
         [icpx, "-fsycl", targets, *backend, f"--cuda-path={cuda}", "-O2", "-fPIC", *FP, "-shared", "-Wl,-soname,libxkernels_sycl_aot.so",
          f"-Wl,-rpath,$ORIGIN:$ORIGIN/../../..:{host}/lib:{root}/compiler/latest/lib",
          "-o", f"{tmp_path}/pkg/libxkernels_sycl_aot.so",
-         f"{b}/obj/aot_conv2d.o", f"{b}/obj/aot_layer_norm.o", f"{b}/obj/aot_index.o"],
+         f"{b}/obj/kernels_conv2d.o", f"{b}/obj/kernels_layer_norm.o", f"{b}/obj/index.o"],
     ]
     # Every kernel file may include the shared helpers, so each compile depends on all of them.
     assert set(plan.steps[0].depends) >= {k / "common.hpp", k / "conv2d.hpp", k / "layer_norm.hpp"}
@@ -454,6 +465,9 @@ def test_manifest_errors(tmp_path):
     assert "is not a kernel name" in _error(tmp_path, repo2, env)
     repo3 = fake_repo(tmp_path / "r3", {"k.hpp": "// xkernels-aot: xk::k<float>\n// xkernels-aot: xk::k<float>\n"})
     assert "listed twice" in _error(tmp_path, repo3, env)
+    repo4 = fake_repo(tmp_path / "r4", {"a-b.hpp": "// xkernels-aot: xk::k<float>\n",
+                                        "a_b.hpp": "// xkernels-aot: xk::j<float>\n"})
+    assert "map to the same generated name 'a_b'" in _error(tmp_path, repo4, env)
 
 
 def test_generated_sources_compile_and_index_every_kernel(tmp_path, repo):
@@ -524,7 +538,7 @@ def test_configure_for_setup_writes_plan_and_prints_configuration(tmp_path, repo
                                    tmp_path / "b", tmp_path / "l", str(host), system_cuda_dirs=())
     frag = tmp_path / "b" / "oneapi_aot_plan.cmake"
     assert r.cmake_args == [f"-DXKERNELS_SYCL_AOT_PLAN={frag}", "-DXKERNELS_SYCL_AOT_REASON="]
-    assert frag.exists() and (tmp_path / "b" / "gen" / "aot_layer_norm.cpp").exists()
+    assert frag.exists() and (tmp_path / "b" / "gen" / "kernels_layer_norm.cpp").exists()
     s = r.summary
     assert f"compiler     : {root}/compiler/latest/bin/icpx (Intel(R) oneAPI DPC++/C++ Compiler 2026.1.0" in s
     assert "component layout" in s
