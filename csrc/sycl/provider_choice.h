@@ -12,8 +12,10 @@
 //   provider_choice::DeviceDesc d;
 //   d.backend = provider_choice::parse_device_backend(<dev.get_backend() as text>);  // "ext_oneapi_cuda", ...
 //   d.is_gpu = dev.is_gpu(); d.is_cpu = dev.is_cpu();
-//   d.arch = <syclexp::info::device::architecture as text>, e.g. "intel_gpu_pvc" (empty if unknown);
-//   CUDA: d.cc_major/minor from the backend's compute capability (or d.arch "nvidia_gpu_sm_90");
+//   d.arch = the name of dev.get_info<syclexp::info::device::architecture>() (the enumerator's spelling,
+//            e.g. "intel_gpu_pvc", "nvidia_gpu_sm_90"; empty if unknown or not mapped);
+//   CUDA: d.cc_major/minor from torch for the tensor's device (at::cuda::getDeviceProperties(i)->major/minor),
+//         which also covers architectures the SYCL enum does not name yet;
 //   provider_choice::Choice c = provider_choice::choose(images, d);
 //
 //   * c.source != RuntimeCompile: collect the group's ids (AotKernel::id() for entries whose file is the
