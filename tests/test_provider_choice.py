@@ -121,6 +121,18 @@ def test_one_ptx_architecture_per_process_is_the_lowest(cli, ccs, expected):
     assert out["ptx_target"] == [expected]
 
 
+def test_run_time_environment_is_set_unless_the_user_set_it(cli, monkeypatch):
+    monkeypatch.delenv(RTC_VAR, raising=False)
+    code, out = run(cli, "apply-env", RTC_VAR, "sm_90")
+    assert code == 0
+    assert out["applied"] == [f"{RTC_VAR}=sm_90 (set)"]
+    assert out["now"] == [f"{RTC_VAR}=sm_90"]
+    monkeypatch.setenv(RTC_VAR, "sm_80")
+    _, out = run(cli, "apply-env", RTC_VAR, "sm_90")
+    assert out["applied"] == [f"{RTC_VAR}=sm_80 (kept the user's value; wanted sm_90)"]
+    assert out["now"] == [f"{RTC_VAR}=sm_80"]
+
+
 # ---------------------------------------------------------------- provider: Intel GPUs and CPUs
 
 

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cstdlib>
 #include <sstream>
 #include <stdexcept>
 
@@ -280,6 +281,20 @@ std::string runtime_ptx_target(const std::vector<DeviceDesc>& cuda_devices) {
     if (n > 0 && (best < 0 || n < best)) best = n;
   }
   return best > 0 ? "sm_" + std::to_string(best) : std::string();
+}
+
+std::vector<std::string> apply_runtime_env(const std::vector<std::pair<std::string, std::string>>& env) {
+  std::vector<std::string> done;
+  for (const auto& [k, v] : env) {
+    const char* have = std::getenv(k.c_str());
+    if (have != nullptr && *have != '\0') {
+      done.push_back(k + "=" + have + (v == have ? " (already set)" : " (kept the user's value; wanted " + v + ")"));
+    } else {
+      ::setenv(k.c_str(), v.c_str(), /*overwrite=*/1);
+      done.push_back(k + "=" + v + " (set)");
+    }
+  }
+  return done;
 }
 
 std::string describe(const Choice& c) {

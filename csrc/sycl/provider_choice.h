@@ -23,9 +23,10 @@
 //     last word — then sycl::get_kernel_bundle<executable>(ctx, {dev}, ids) and bundle.get_kernel(id).
 //     If a registered name the group asks for is not in the library, or is_compatible is false, compile the
 //     group at run time and record why (the library was built from other sources, or lacks the image).
-//   * c.source == RuntimeCompile: before the process's first run-time build, setenv each c.runtime_env pair
-//     the user has not set (SYCL reads SYCL_JIT_AMDGCN_PTX_TARGET_CPU once; with several CUDA devices use
-//     runtime_ptx_target(all CUDA devices)). Then build from the embedded sources as without oneAPI.
+//   * c.source == RuntimeCompile: before the process's first run-time build, apply_runtime_env(c.runtime_env)
+//     (SYCL reads SYCL_JIT_AMDGCN_PTX_TARGET_CPU once; with several CUDA devices pass
+//     {{"SYCL_JIT_AMDGCN_PTX_TARGET_CPU", runtime_ptx_target(all CUDA devices)}} instead) and keep its lines
+//     for info(). Then build from the embedded sources as without oneAPI.
 //   * Keep describe(c) (plus any override above) per device for xkernels.info()["sycl"]["provider"].
 #pragma once
 #include <string>
@@ -88,6 +89,11 @@ Choice choose(const std::vector<AotImage>& images, const DeviceDesc& dev);
 // SYCL reads SYCL_JIT_AMDGCN_PTX_TARGET_CPU once per process, so CUDA devices compiled at run time
 // share one PTX architecture: the lowest among them (PTX runs on newer GPUs). "" if none is known.
 std::string runtime_ptx_target(const std::vector<DeviceDesc>& cuda_devices);
+
+// Sets each variable of `env` that the process environment does not already have (the user's value
+// wins). Call before the first run-time build in the process. Returns one line per variable:
+// "SYCL_JIT_AMDGCN_PTX_TARGET_CPU=sm_90 (set)" or "... =sm_80 (kept the user's value; wanted sm_90)".
+std::vector<std::string> apply_runtime_env(const std::vector<std::pair<std::string, std::string>>& env);
 
 // "aot-native (spir64_gen:pvc): <reason>" / "run-time-compile: <reason>".
 std::string describe(const Choice& c);

@@ -2,6 +2,7 @@
 //   policy_cli provider --targets SPEC --backend NAME [--gpu] [--cpu] [--arch A] [--cc MAJOR.MINOR]
 //   policy_cli ptx-target CC [CC...]                 (CC like 8.0; 0 = unknown)
 //   policy_cli cuda-key REQUESTED NATIVE_BUILT SYCL_BUILT SYCL_SEES  (0/1 flags; why-not texts fixed)
+//   policy_cli apply-env NAME VALUE [NAME VALUE...]  (apply_runtime_env, then the resulting values)
 // Prints key=value lines; exit code 2 with "error=..." when the input is rejected.
 #include <cstdlib>
 #include <iostream>
@@ -66,6 +67,16 @@ int ptx_target(int argc, char** argv) {
   return 0;
 }
 
+// apply-env: applies the provider choice's run-time environment, then prints what the process now has.
+int apply_env(int argc, char** argv) {
+  int i = 2;
+  std::vector<std::pair<std::string, std::string>> env;
+  for (; i + 1 < argc; i += 2) env.emplace_back(argv[i], argv[i + 1]);
+  for (const auto& line : pc::apply_runtime_env(env)) std::cout << "applied=" << line << "\n";
+  for (const auto& [k, v] : env) std::cout << "now=" << k << "=" << std::getenv(k.c_str()) << "\n";
+  return 0;
+}
+
 int cuda_key(int argc, char** argv) {
   if (argc != 6) throw std::invalid_argument("cuda-key needs REQUESTED NATIVE_BUILT SYCL_BUILT SYCL_SEES");
   xkernels::policy::CudaKeyFacts f;
@@ -88,6 +99,7 @@ int main(int argc, char** argv) {
     if (mode == "provider") return provider(argc, argv);
     if (mode == "ptx-target") return ptx_target(argc, argv);
     if (mode == "cuda-key") return cuda_key(argc, argv);
+    if (mode == "apply-env") return apply_env(argc, argv);
     throw std::invalid_argument("mode must be provider, ptx-target or cuda-key");
   } catch (const std::invalid_argument& e) {
     std::cout << "error=" << e.what() << "\n";
