@@ -59,8 +59,6 @@ TARGET_ALIASES = {
     "spir64_gen-unknown-unknown": "spir64_gen",
 }
 DEFAULT_SYSTEM_CUDA_DIRS = ("/usr/local/cuda",)
-ENV_VARS = ("ONEAPI_ROOT", "XKERNELS_SYCL_AOT", "XKERNELS_SYCL_TARGETS", "XKERNELS_SYCL_AOT_DEVICES",
-            "XKERNELS_SYCL_CUDA_ARCH", "CUDA_PATH", "CUDA_HOME")
 OFF_HINT = "set XKERNELS_SYCL_AOT=off to build without ahead-of-time kernels (they are then compiled at run time)"
 
 
@@ -263,7 +261,7 @@ def icpx_fp_flags(repo_root: Path) -> list[str]:
 @dataclasses.dataclass(frozen=True)
 class TargetConfig:
     targets: tuple[str, ...]
-    backend_options: tuple[str, ...]  # link-line options: -Xsycl-target-backend=<T> <opts> pairs
+    backend_options: tuple[str, ...]  # -Xsycl-target-backend=<T> <opts> pairs (compile and link lines)
     provider_spec: str  # what the kernel provider parses: "spir64 spir64_gen:pvc,bmg-g21 nvptx64-nvidia-cuda:sm_75"
     cuda_toolkit: Path | None
     notes: tuple[str, ...]
@@ -344,6 +342,8 @@ def resolve_targets(env: Mapping[str, str], tc: Toolchain, cuda_toolkit: Path | 
     cuda_arch = env.get("XKERNELS_SYCL_CUDA_ARCH", "").strip() or DEFAULT_CUDA_ARCH
     if not _CUDA_ARCH_RE.match(cuda_arch):
         raise OneAPIError(f"XKERNELS_SYCL_CUDA_ARCH={cuda_arch!r} is not an NVIDIA architecture like sm_80 or sm_90")
+    if env.get("XKERNELS_SYCL_CUDA_ARCH", "").strip() and CUDA_TRIPLE not in targets:
+        notes.append(f"XKERNELS_SYCL_CUDA_ARCH={cuda_arch} is ignored: no {CUDA_TRIPLE} image is built")
     backend: list[str] = []
     spec: list[str] = []
     for t in targets:

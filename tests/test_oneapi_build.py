@@ -253,6 +253,14 @@ def test_icpx_that_fails_to_run(tmp_path, repo):
     assert "setvars.sh" in msg
 
 
+def test_a_compiler_that_is_not_icpx(tmp_path, repo):
+    root = tmp_path / "oneapi"
+    fake_oneapi(root, layout="unified")
+    _write_exe(root / "bin" / "icpx", "#!/bin/sh\necho 'clang version 19.1.0'\necho 'Target: x86_64-pc-linux-gnu'\n")
+    msg = _error(tmp_path, repo, plan_env(tmp_path, ONEAPI_ROOT=str(root)))
+    assert "printed no Intel oneAPI DPC++/C++ Compiler version" in msg and "clang version 19.1.0" in msg
+
+
 def test_icpx_too_old(tmp_path, repo):
     root = fake_oneapi(tmp_path / "oneapi", version="2024.2.1")
     msg = _error(tmp_path, repo, plan_env(tmp_path, ONEAPI_ROOT=str(root)))
@@ -349,6 +357,9 @@ def test_cuda_arch_override(tmp_path, repo):
     assert plan.targets.provider_spec == "spir64 nvptx64-nvidia-cuda:sm_90"
     env["XKERNELS_SYCL_CUDA_ARCH"] = "90"
     assert "is not an NVIDIA architecture" in _error(tmp_path, repo, env)
+    env.update(XKERNELS_SYCL_CUDA_ARCH="sm_90", XKERNELS_SYCL_TARGETS="spir64")
+    assert "XKERNELS_SYCL_CUDA_ARCH=sm_90 is ignored: no nvptx64-nvidia-cuda image is built" in \
+        plan_for(tmp_path, repo, env).summary()
 
 
 def test_intel_aot_devices_add_spir64_gen(tmp_path, repo):
@@ -572,13 +583,14 @@ def test_cli_prints_summary_and_cmake_args(tmp_path, repo):
 @pytest.mark.skipif(shutil.which("cmake") is None or shutil.which("ninja") is None or shutil.which("cc") is None,
                     reason="needs cmake, ninja and cc")
 def test_cmake_runs_exactly_the_planned_commands(tmp_path, repo):
-    root = fake_oneapi(tmp_path / "oneapi", cuda_adapter=True)
+    root = fake_oneapi(tmp_path / "oneapi", cuda_adapter=True, ocloc=True)
     cuda = fake_cuda_toolkit(tmp_path / "cuda")
     host = fake_host_sycl(tmp_path / "venv")
     libdir = tmp_path / "pkg"
     libdir.mkdir()
-    r = oneapi.configure_for_setup(plan_env(tmp_path, ONEAPI_ROOT=str(root), CUDA_PATH=str(cuda)), repo,
-                                   tmp_path / "b", libdir, str(host), system_cuda_dirs=())
+    env = plan_env(tmp_path, ONEAPI_ROOT=str(root), CUDA_PATH=str(cuda), XKERNELS_SYCL_AOT_DEVICES="pvc,bmg-g21")
+    r = oneapi.configure_for_setup(env, repo, tmp_path / "b", libdir, str(host), system_cuda_dirs=())
+    assert "-device pvc,bmg-g21" in r.plan.steps[-1].argv  # one argument with a space: must arrive as one
     proj = tmp_path / "proj"
     proj.mkdir()
     (proj / "dummy.cpp").write_text("int xk_dummy() { return 1; }\n")
@@ -602,7 +614,8 @@ endforeach()
     cfg = subprocess.run(["cmake", "-S", str(proj), "-B", str(tmp_path / "cb"), "-G", "Ninja",
                           "-DCMAKE_EXPORT_COMPILE_COMMANDS=ON", *r.cmake_args], capture_output=True, text=True, env=env)
     assert cfg.returncode == 0, cfg.stdout + cfg.stderr
-    assert "SUMMARY SYCL AOT        : ON — icpx 2026.1.0, images: spir64 nvptx64-nvidia-cuda:sm_75" in cfg.stdout
+    assert ("SUMMARY SYCL AOT        : ON — icpx 2026.1.0, images: spir64 spir64_gen:pvc,bmg-g21 "
+            "nvptx64-nvidia-cuda:sm_75") in cfg.stdout
     build = subprocess.run(["cmake", "--build", str(tmp_path / "cb"), "-j", "1"], capture_output=True, text=True,
                            env=env)
     assert build.returncode == 0, build.stdout + build.stderr
@@ -615,7 +628,7 @@ endforeach()
     cc = json.loads((tmp_path / "cb" / "compile_commands.json").read_text())
     argv = shlex.split(cc[0]["command"])
     assert "-DXKERNELS_SYCL_AOT=1" in argv
-    assert '-DXKERNELS_SYCL_AOT_TARGETS="spir64 nvptx64-nvidia-cuda:sm_75"' in argv  # a C string literal
+    assert '-DXKERNELS_SYCL_AOT_TARGETS="spir64 spir64_gen:pvc,bmg-g21 nvptx64-nvidia-cuda:sm_75"' in argv
     mod = next(libdir.glob("*_C*.so"))
     dyn = subprocess.run(["readelf", "-d", str(mod)], capture_output=True, text=True).stdout
     assert "libxkernels_sycl_aot.so" in dyn  # linked by soname
