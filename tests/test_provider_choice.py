@@ -6,8 +6,10 @@ into a small driver (tests/cpp/policy_cli.cpp) and run. No SYCL runtime, device 
 from __future__ import annotations
 
 import itertools
+import os
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -267,3 +269,62 @@ def test_cuda_key_error_does_not_suggest_sycl_when_it_cannot_run(cli):
     _, out = run(cli, "cuda-key", "cuda", "0", "1", "0")
     assert out["choice"] == ["error"]
     assert "use_backend" not in out["message"][0]
+
+
+# ---------------------------------------------------------------- on the devices the installed runtime has
+
+SYCL_PREFIX = Path(sys.prefix)
+
+
+@pytest.fixture(scope="module")
+def device_probe(tmp_path_factory) -> Path:
+    if not (SYCL_PREFIX / "include" / "sycl" / "sycl.hpp").exists() or not (SYCL_PREFIX / "lib" / "libsycl.so").exists():
+        pytest.skip("SYCL runtime (intel-sycl-rt) not installed")
+    cxx = shutil.which("c++") or shutil.which("g++")
+    if cxx is None:
+        pytest.skip("no C++ compiler on PATH")
+    out = tmp_path_factory.mktemp("probe") / "provider_device_probe"
+    cmd = [cxx, "-std=c++17", "-O0", "-Wall", "-Wextra", "-Werror", "-DSYCL_DISABLE_FSYCL_SYCLHPP_WARNING",
+           f"-I{REPO / 'csrc' / 'sycl'}", "-isystem", str(SYCL_PREFIX / "include"),
+           str(REPO / "csrc" / "sycl" / "provider_choice.cpp"), str(REPO / "tests" / "cpp" / "provider_device_probe.cpp"),
+           f"-L{SYCL_PREFIX / 'lib'}", "-lsycl", f"-Wl,-rpath,{SYCL_PREFIX / 'lib'}", "-o", str(out)]
+    p = subprocess.run(cmd, capture_output=True, text=True)
+    assert p.returncode == 0, p.stderr
+    return out
+
+
+def probe(exe: Path, spec: str) -> dict[str, list[str]]:
+    env = dict(os.environ)
+    ocl = SYCL_PREFIX / "lib" / "libintelocl.so"
+    if ocl.exists():
+        env["OCL_ICD_FILENAMES"] = str(ocl)
+    p = subprocess.run([str(exe), spec], capture_output=True, text=True, timeout=120, env=env)
+    assert p.returncode == 0, p.stderr
+    out: dict[str, list[str]] = {}
+    for line in p.stdout.splitlines():
+        k, _, v = line.partition("=")
+        out.setdefault(k, []).append(v)
+    return out
+
+
+def test_architecture_names_come_from_the_runtime(device_probe):
+    out = probe(device_probe, "spir64")
+    # An alias maps to its primary name; NVIDIA names carry the compute capability.
+    assert out["name"] == ["intel_gpu_acm_g10", "nvidia_gpu_sm_90", "x86_64", "unknown"]
+
+
+@pytest.mark.skipif(not (SYCL_PREFIX / "lib" / "libintelocl.so").exists(), reason="intel-opencl-rt not installed")
+@pytest.mark.parametrize("spec,source,image", [
+    ("spir64", "aot-portable", "spir64"),
+    ("spir64 spir64_x86_64", "aot-native", "spir64_x86_64"),
+    ("nvptx64-nvidia-cuda:sm_75", "run-time-compile", ""),
+    ("", "run-time-compile", ""),
+])
+def test_choice_for_the_real_opencl_cpu_device(device_probe, spec, source, image):
+    """describe_device() reads backend, kind and architecture from the runtime; the choice follows."""
+    devices = [d.split("|") for d in probe(device_probe, spec).get("device", [])]
+    cpus = [d for d in devices if d[0] == "opencl" and d[1] == "1"]
+    assert cpus, f"no OpenCL CPU device among {devices}"
+    for backend, is_cpu, is_gpu, arch, got_source, got_image in cpus:
+        assert is_gpu == "0"
+        assert got_source == source and got_image == image, (arch, got_source, got_image)

@@ -9,13 +9,10 @@
 //   #else
 //     std::vector<provider_choice::AotImage> images;   // no AOT library: always run-time compile
 //   #endif
-//   provider_choice::DeviceDesc d;
-//   d.backend = provider_choice::parse_device_backend(<dev.get_backend() as text>);  // "ext_oneapi_cuda", ...
-//   d.is_gpu = dev.is_gpu(); d.is_cpu = dev.is_cpu();
-//   d.arch = the name of dev.get_info<syclexp::info::device::architecture>() (the enumerator's spelling,
-//            e.g. "intel_gpu_pvc", "nvidia_gpu_sm_90"; empty if unknown or not mapped);
-//   CUDA: d.cc_major/minor from torch for the tensor's device (at::cuda::getDeviceProperties(i)->major/minor),
-//         which also covers architectures the SYCL enum does not name yet;
+//   provider_choice::DeviceDesc d = provider_choice::describe_device(dev);   // provider_device.h
+//   // (backend, kind, architecture name such as "intel_gpu_pvc" / "nvidia_gpu_sm_90", and for CUDA the
+//   //  compute capability from it; for CUDA tensors torch's at::cuda::getDeviceProperties(i)->major/minor
+//   //  may overwrite cc_major/cc_minor, covering GPUs newer than the runtime's architecture list)
 //   provider_choice::Choice c = provider_choice::choose(images, d);
 //
 //   * c.source != RuntimeCompile: collect the group's ids (AotKernel::id() for entries whose file is the
