@@ -649,3 +649,17 @@ def test_real_kernel_files_list_their_names(tmp_path):
     plan = oneapi.make_plan(plan_env(tmp_path, ONEAPI_ROOT=str(root)), REPO, tmp_path / "b", tmp_path / "l",
                             str(fake_host_sycl(tmp_path / "venv")), system_cuda_dirs=())
     assert plan.kernels, "kernel files exist but none lists '// xkernels-aot:' names"
+
+
+def test_setup_py_stops_with_the_planners_message(tmp_path):
+    """setup.py calls the planner before CMake; a broken ONEAPI_ROOT ends the build with its message."""
+    pytest.importorskip("torch")  # setup.py's build_ext imports the installed torch first
+    env = dict(os.environ, ONEAPI_ROOT=str(tmp_path / "missing-oneapi"))
+    env.pop("XKERNELS_SYCL_AOT", None)
+    p = subprocess.run([sys.executable, "setup.py", "-q", "build_ext", "--build-temp", str(tmp_path / "bt"),
+                        "--build-lib", str(tmp_path / "bl")], cwd=REPO, env=env, capture_output=True, text=True,
+                       timeout=300)
+    assert p.returncode != 0
+    assert "xkernels: oneAPI ahead-of-time build: ERROR" in p.stderr
+    assert f"ONEAPI_ROOT={tmp_path / 'missing-oneapi'} is not a directory" in p.stderr
+    assert not (tmp_path / "bt" / "xkernels._C" / "CMakeCache.txt").exists()  # CMake never ran
