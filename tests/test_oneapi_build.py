@@ -580,8 +580,8 @@ def test_cli_prints_summary_and_cmake_args(tmp_path, repo):
 # ------------------------------------------------------------------ CMake runs the planned commands verbatim
 
 
-@pytest.mark.skipif(shutil.which("cmake") is None or shutil.which("ninja") is None or shutil.which("cc") is None,
-                    reason="needs cmake, ninja and cc")
+@pytest.mark.skipif(any(shutil.which(t) is None for t in ("cmake", "ninja", "cc", "readelf")),
+                    reason="needs cmake, ninja, cc and readelf")
 def test_cmake_runs_exactly_the_planned_commands(tmp_path, repo):
     root = fake_oneapi(tmp_path / "oneapi", cuda_adapter=True, ocloc=True)
     cuda = fake_cuda_toolkit(tmp_path / "cuda")
