@@ -722,6 +722,16 @@ std::vector<std::string> all_kernel_names(const DeviceTraits& traits) {
   return out;
 }
 
+namespace {
+sycl::context default_context(const sycl::device& d) {
+#if __LIBSYCL_MAJOR_VERSION >= 9
+  return d.get_platform().khr_get_default_context();
+#else
+  return d.get_platform().ext_oneapi_get_default_context();
+#endif
+}
+}  // namespace
+
 std::vector<std::pair<std::string, double>> warmup(
     const std::function<void(size_t, size_t, const std::string&)>& progress) {
   std::vector<std::pair<const DeviceRecord*, const KernelGroup*>> work;
@@ -733,9 +743,11 @@ std::vector<std::pair<std::string, double>> warmup(
   for (const auto& [rec, g] : work) {
     const std::string label = rec->traits.name + ": " + g->file;
     if (progress) progress(done, work.size(), label);
-    // The CPU device's context is the CPU queue's, so warmed kernels are the ones ops use.
+    // Build in the context ops will use: the CPU queue's for the CPU device; for other devices
+    // the platform's default context (torch's XPU queues live in it). Either way the on-disk
+    // cache is filled, which serves any context.
     const bool is_cpu_dev = registry().cpu_index >= 0 && rec == &registry().devices[registry().cpu_index];
-    const sycl::context ctx = is_cpu_dev ? cpu_queue().get_context() : sycl::context(rec->device);
+    const sycl::context ctx = is_cpu_dev ? cpu_queue().get_context() : default_context(rec->device);
     const auto t0 = std::chrono::steady_clock::now();
     built_slot(ctx, rec->device, *g, nullptr);
     out.emplace_back(label, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
