@@ -10,8 +10,12 @@
 // Three GEMM variants; the host picks one per device (fused_linear_relu.cpp):
 //  * linear_gemm_panel  — CPU devices. One work-group = one sub-group of 16 lanes = one SIMD
 //    vector. Each lane keeps a PanelTile::kRows x kColVecs block of accumulators in registers;
-//    the sub-group covers kRows rows x (16 * kColVecs) contiguous columns. A is read as uniform
-//    scalars (any strides), B must be unit-stride along n (lanes read consecutive addresses).
+//    the sub-group covers kRows rows x kCols (= 16 * kColVecs) contiguous columns. A is read as
+//    uniform scalars (any strides). B is read per column panel p (columns p*kCols ..) at
+//    B + p * b_panel_stride + k * ldb + c, unit stride along the panel's columns c: either B
+//    in place (b_panel_stride = kCols, ldb = row stride) or packed by the host panel-major,
+//    [panels][K][kCols] (b_panel_stride = K * kCols, ldb = kCols), so a panel is one contiguous
+//    stream instead of K rows a large power-of-two stride apart (which thrash cache sets).
 //    The K loop is blocked (k_block) so a B block stays in cache while the work-group walks its
 //    rows; partial sums between K blocks go to `partial` (acc type, leading dimension ldc).
 //  * linear_gemm_dot    — CPU devices, few rows. Both operands unit-stride along k (X [M,K] and
@@ -25,16 +29,9 @@
 // emit gathers). Products are accumulated with explicit sycl::fma (the build disables automatic
 // contraction; the fused multiply-add here is deliberate and the same on every device).
 #pragma once
-#include <sycl/sycl.hpp>
-
-#include <cstdint>
+#include "common.hpp"
 
 namespace xk {
-namespace syclexp = sycl::ext::oneapi::experimental;
-
-template <typename T> struct linear_acc { using type = float; };
-template <> struct linear_acc<double> { using type = double; };
-template <typename T> using linear_acc_t = typename linear_acc<T>::type;
 
 // ------------------------------------------------------------------ geometry (shared with the host)
 // CPU register blocking. 16 lanes = one AVX-512 vector of fp32; 6x4 fp32 accumulator vectors +
@@ -77,57 +74,39 @@ struct TiledTile {
   static constexpr int kKSlice = 16;
 };
 
-// Backward ReLU mask: rows per work-item chunk of the column partial sums.
-struct ReluGradTile {
-  static constexpr int kSubGroup = 16;
-};
-
+// Device-only spellings (the host compiler sees this file for the constants above only).
 #ifdef __SYCL_DEVICE_ONLY__
 #define XK_LINEAR_SUB_GROUP_16 [[sycl::reqd_sub_group_size(16)]]
+#define XK_LINEAR_UNROLL _Pragma("unroll")
 #else
 #define XK_LINEAR_SUB_GROUP_16
+#define XK_LINEAR_UNROLL
 #endif
 
 // ------------------------------------------------------------------ CPU: register-blocked panel
 namespace linear_detail {
 
-// Conversions to and from the accumulation type. bfloat16 converts by bit manipulation (round to
-// nearest even, NaN -> 0x7FC0, bit-identical to c10::BFloat16) instead of the runtime's conversion
-// functions: those are linked from a device library image, and with SYCL_CACHE_PERSISTENT=1 the
-// 2026.1.2 runtime crashes (SIGSEGV in PersistentDeviceCodeCache::getItemFromDisc) on bundles that
-// need one; 2025.3.3 cannot link that library at all.
-template <typename T> inline linear_acc_t<T> to_acc(T v) { return static_cast<linear_acc_t<T>>(v); }
-template <> inline float to_acc(sycl::ext::oneapi::bfloat16 v) {
-  return sycl::bit_cast<float>(static_cast<uint32_t>(sycl::bit_cast<uint16_t>(v)) << 16);
-}
-template <typename T> inline T from_acc(linear_acc_t<T> v) { return static_cast<T>(v); }
-template <> inline sycl::ext::oneapi::bfloat16 from_acc<sycl::ext::oneapi::bfloat16>(float v) {
-  const uint32_t u = sycl::bit_cast<uint32_t>(v);
-  const uint32_t rounded = (u + 0x7FFFu + ((u >> 16) & 1u)) >> 16;
-  const uint16_t h = static_cast<uint16_t>((u & 0x7FFFFFFFu) > 0x7F800000u ? 0x7FC0u : rounded);
-  return sycl::bit_cast<sycl::ext::oneapi::bfloat16>(h);
-}
-template <typename T> inline linear_acc_t<T> ld(const T* p) { return to_acc(*p); }
+template <typename T> inline acc_t<T> ld(const T* p) { return to_acc<T>(*p); }
 
 // One kRows x kCols tile at rows m0.., columns n0.., K range [k0, k1). MASK_N: the tile overhangs N.
 template <typename T, bool BIAS, bool RELU, bool MASK_N>
 inline void panel_tile(const T* A, int64_t a_rs, int64_t a_ks, const T* Bp, int64_t ldb, const T* bias, T* C,
-                       int64_t ldc, linear_acc_t<T>* partial, int64_t M, int64_t N, int64_t m0, int64_t n0,
+                       int64_t ldc, acc_t<T>* partial, int64_t M, int64_t N, int64_t m0, int64_t n0,
                        int64_t k0, int64_t k1, bool first, bool last, int lane) {
-  using acc = linear_acc_t<T>;
+  using acc = acc_t<T>;
   using G = PanelTile<T>;
   constexpr int R = G::kRows, V = G::kColVecs, S = G::kSubGroup;
   bool col_ok[V];
-#pragma unroll
+XK_LINEAR_UNROLL
   for (int j = 0; j < V; ++j) col_ok[j] = !MASK_N || (n0 + j * S + lane < N);
   int64_t row[R];  // uniform; rows past M repeat the last row (computed, never stored)
-#pragma unroll
+XK_LINEAR_UNROLL
   for (int i = 0; i < R; ++i) row[i] = m0 + i < M ? m0 + i : M - 1;
 
   acc c[R][V];
-#pragma unroll
+XK_LINEAR_UNROLL
   for (int i = 0; i < R; ++i)
-#pragma unroll
+XK_LINEAR_UNROLL
     for (int j = 0; j < V; ++j) {
       c[i][j] = acc(0);
       if (!first && col_ok[j]) c[i][j] = partial[row[i] * ldc + n0 + j * S + lane];
@@ -136,20 +115,20 @@ inline void panel_tile(const T* A, int64_t a_rs, int64_t a_ks, const T* Bp, int6
   for (int64_t k = k0; k < k1; ++k) {
     const T* b_row = Bp + k * ldb + lane;
     acc b[V];
-#pragma unroll
+XK_LINEAR_UNROLL
     for (int j = 0; j < V; ++j) b[j] = col_ok[j] ? ld(b_row + j * S) : acc(0);
-#pragma unroll
+XK_LINEAR_UNROLL
     for (int i = 0; i < R; ++i) {
       const acc a = ld(A + row[i] * a_rs + k * a_ks);
-#pragma unroll
+XK_LINEAR_UNROLL
       for (int j = 0; j < V; ++j) c[i][j] = sycl::fma(a, b[j], c[i][j]);
     }
   }
 
-#pragma unroll
+XK_LINEAR_UNROLL
   for (int i = 0; i < R; ++i) {
     if (m0 + i >= M) break;  // uniform
-#pragma unroll
+XK_LINEAR_UNROLL
     for (int j = 0; j < V; ++j) {
       if (!col_ok[j]) continue;
       const int64_t n = n0 + j * S + lane;
@@ -171,12 +150,12 @@ inline void panel_tile(const T* A, int64_t a_rs, int64_t a_ks, const T* Bp, int6
 // fastest so consecutive work-groups share a B panel. `partial` may alias C when T is the
 // accumulation type; it is only touched when K > k_block.
 template <typename T, bool BIAS, bool RELU>
-SYCL_EXT_ONEAPI_FUNCTION_PROPERTY((syclexp::nd_range_kernel<1>))
+XK_ND_KERNEL(1)
 XK_LINEAR_SUB_GROUP_16 void linear_gemm_panel(const T* A, int64_t a_rs, int64_t a_ks, const T* B, int64_t ldb,
-                                              int64_t b_panel_stride, const T* bias, T* C, int64_t ldc, linear_acc_t<T>* partial,
+                                              int64_t b_panel_stride, const T* bias, T* C, int64_t ldc, acc_t<T>* partial,
                                               int64_t M, int64_t N, int64_t K, int64_t k_block, int64_t row_groups) {
   using G = PanelTile<T>;
-  const auto it = sycl::ext::oneapi::this_work_item::get_nd_item<1>();
+  const auto it = item<1>();
   const int lane = static_cast<int>(it.get_local_id(0));
   const int64_t g = static_cast<int64_t>(it.get_group(0));
   const int64_t rg = g % row_groups, panel = g / row_groups;
@@ -204,62 +183,62 @@ XK_LINEAR_SUB_GROUP_16 void linear_gemm_panel(const T* A, int64_t a_rs, int64_t 
 // C[m, n] = epilogue( sum_k A[m * lda + k] * Bt[n * ldb + k] ).
 // Launch: 1-D, local size 16, one work-group per (row tile, column tile); row tiles fastest.
 template <typename T, bool BIAS, bool RELU>
-SYCL_EXT_ONEAPI_FUNCTION_PROPERTY((syclexp::nd_range_kernel<1>))
+XK_ND_KERNEL(1)
 XK_LINEAR_SUB_GROUP_16 void linear_gemm_dot(const T* A, int64_t lda, const T* Bt, int64_t ldb, const T* bias, T* C,
                                             int64_t ldc, int64_t M, int64_t N, int64_t K, int64_t row_tiles) {
-  using acc = linear_acc_t<T>;
+  using acc = acc_t<T>;
   using G = DotTile<T>;
   constexpr int R = G::kRows, Q = G::kCols, S = G::kSubGroup;
-  const auto it = sycl::ext::oneapi::this_work_item::get_nd_item<1>();
+  const auto it = item<1>();
   const auto sg = it.get_sub_group();
   const int lane = static_cast<int>(it.get_local_id(0));
   const int64_t g = static_cast<int64_t>(it.get_group(0));
   const int64_t m0 = (g % row_tiles) * R, n0 = (g / row_tiles) * Q;
   int64_t row[R], col[Q];  // uniform clamps; overhanging rows/columns are computed, never stored
-#pragma unroll
+XK_LINEAR_UNROLL
   for (int i = 0; i < R; ++i) row[i] = m0 + i < M ? m0 + i : M - 1;
-#pragma unroll
+XK_LINEAR_UNROLL
   for (int j = 0; j < Q; ++j) col[j] = n0 + j < N ? n0 + j : N - 1;
 
   acc c[R][Q];
-#pragma unroll
+XK_LINEAR_UNROLL
   for (int i = 0; i < R; ++i)
-#pragma unroll
+XK_LINEAR_UNROLL
     for (int j = 0; j < Q; ++j) c[i][j] = acc(0);
 
   const int64_t k_full = K - K % S;
   for (int64_t k0 = 0; k0 < k_full; k0 += S) {
     acc a[R], b[Q];
-#pragma unroll
+XK_LINEAR_UNROLL
     for (int i = 0; i < R; ++i) a[i] = linear_detail::ld(A + row[i] * lda + k0 + lane);
-#pragma unroll
+XK_LINEAR_UNROLL
     for (int j = 0; j < Q; ++j) b[j] = linear_detail::ld(Bt + col[j] * ldb + k0 + lane);
-#pragma unroll
+XK_LINEAR_UNROLL
     for (int i = 0; i < R; ++i)
-#pragma unroll
+XK_LINEAR_UNROLL
       for (int j = 0; j < Q; ++j) c[i][j] = sycl::fma(a[i], b[j], c[i][j]);
   }
   if (k_full < K) {
     const bool ok = k_full + lane < K;
     acc a[R], b[Q];
-#pragma unroll
+XK_LINEAR_UNROLL
     for (int i = 0; i < R; ++i) a[i] = ok ? linear_detail::ld(A + row[i] * lda + k_full + lane) : acc(0);
-#pragma unroll
+XK_LINEAR_UNROLL
     for (int j = 0; j < Q; ++j) b[j] = ok ? linear_detail::ld(Bt + col[j] * ldb + k_full + lane) : acc(0);
-#pragma unroll
+XK_LINEAR_UNROLL
     for (int i = 0; i < R; ++i)
-#pragma unroll
+XK_LINEAR_UNROLL
       for (int j = 0; j < Q; ++j) c[i][j] = sycl::fma(a[i], b[j], c[i][j]);
   }
 
-#pragma unroll
+XK_LINEAR_UNROLL
   for (int i = 0; i < R; ++i)
-#pragma unroll
+XK_LINEAR_UNROLL
     for (int j = 0; j < Q; ++j) {
       acc v = sycl::reduce_over_group(sg, c[i][j], sycl::plus<acc>());
       if constexpr (BIAS) v = v + linear_detail::ld(bias + col[j]);
       if constexpr (RELU) v = v < acc(0) ? acc(0) : v;
-      if (lane == 0 && m0 + i < M && n0 + j < N) C[row[i] * ldc + col[j]] = linear_detail::from_acc<T>(v);
+      if (lane == 0 && m0 + i < M && n0 + j < N) C[row[i] * ldc + col[j]] = from_acc<T>(v);
     }
 }
 
@@ -267,10 +246,10 @@ XK_LINEAR_SUB_GROUP_16 void linear_gemm_dot(const T* A, int64_t lda, const T* Bt
 // C[m, n] = epilogue( sum_k A[m * a_rs + k * a_ks] * B[k * b_ks + n * b_ns] ).
 // Launch: 2-D, local {16, 16}, global {ceil(M/64)*16, ceil(N/64)*16}.
 template <typename T, bool BIAS, bool RELU>
-SYCL_EXT_ONEAPI_FUNCTION_PROPERTY((syclexp::nd_range_kernel<2>))
+XK_ND_KERNEL(2)
 void linear_gemm_tiled(const T* A, int64_t a_rs, int64_t a_ks, const T* B, int64_t b_ks, int64_t b_ns,
                        const T* bias, T* C, int64_t ldc, int64_t M, int64_t N, int64_t K) {
-  using acc = linear_acc_t<T>;
+  using acc = acc_t<T>;
   using G = TiledTile;
   constexpr int L = G::kLocal, TILE = G::kTile, P = G::kPerItem, KS = G::kKSlice;
   static syclexp::work_group_static<acc[KS][TILE]> a_tile;
@@ -278,21 +257,21 @@ void linear_gemm_tiled(const T* A, int64_t a_rs, int64_t a_ks, const T* B, int64
   acc(&as)[KS][TILE] = a_tile;
   acc(&bs)[KS][TILE] = b_tile;
 
-  const auto it = sycl::ext::oneapi::this_work_item::get_nd_item<2>();
+  const auto it = item<2>();
   const int ty = static_cast<int>(it.get_local_id(0)), tx = static_cast<int>(it.get_local_id(1));
   const int tid = ty * L + tx;
   const int64_t m0 = static_cast<int64_t>(it.get_group(0)) * TILE;
   const int64_t n0 = static_cast<int64_t>(it.get_group(1)) * TILE;
 
   acc c[P][P];
-#pragma unroll
+XK_LINEAR_UNROLL
   for (int i = 0; i < P; ++i)
-#pragma unroll
+XK_LINEAR_UNROLL
     for (int j = 0; j < P; ++j) c[i][j] = acc(0);
 
   for (int64_t k0 = 0; k0 < K; k0 += KS) {
     // Each of the 256 work-items stages 4 elements of each tile (64 x 16 values).
-#pragma unroll
+XK_LINEAR_UNROLL
     for (int r = 0; r < (TILE * KS) / (L * L); ++r) {
       const int e = tid + r * L * L;
       const int a_row = e / KS, a_k = e % KS;  // A slice: consecutive work-items walk k
@@ -303,32 +282,32 @@ void linear_gemm_tiled(const T* A, int64_t a_rs, int64_t a_ks, const T* B, int64
       bs[b_k][b_col] = (n < N && kb < K) ? linear_detail::ld(B + kb * b_ks + n * b_ns) : acc(0);
     }
     sycl::group_barrier(it.get_group());
-#pragma unroll
+XK_LINEAR_UNROLL
     for (int kk = 0; kk < KS; ++kk) {
       acc a[P], b[P];
-#pragma unroll
+XK_LINEAR_UNROLL
       for (int i = 0; i < P; ++i) a[i] = as[kk][ty + i * L];
-#pragma unroll
+XK_LINEAR_UNROLL
       for (int j = 0; j < P; ++j) b[j] = bs[kk][tx + j * L];
-#pragma unroll
+XK_LINEAR_UNROLL
       for (int i = 0; i < P; ++i)
-#pragma unroll
+XK_LINEAR_UNROLL
         for (int j = 0; j < P; ++j) c[i][j] = sycl::fma(a[i], b[j], c[i][j]);
     }
     sycl::group_barrier(it.get_group());
   }
 
-#pragma unroll
+XK_LINEAR_UNROLL
   for (int i = 0; i < P; ++i) {
     const int64_t m = m0 + ty + i * L;
-#pragma unroll
+XK_LINEAR_UNROLL
     for (int j = 0; j < P; ++j) {
       const int64_t n = n0 + tx + j * L;
       if (m >= M || n >= N) continue;
       acc v = c[i][j];
       if constexpr (BIAS) v = v + linear_detail::ld(bias + n);
       if constexpr (RELU) v = v < acc(0) ? acc(0) : v;
-      C[m * ldc + n] = linear_detail::from_acc<T>(v);
+      C[m * ldc + n] = from_acc<T>(v);
     }
   }
 }
@@ -339,11 +318,11 @@ void linear_gemm_tiled(const T* A, int64_t a_rs, int64_t a_ks, const T* B, int64
 // partial[chunk, n] (acc type); linear_column_sum finishes grad_bias from them.
 // Launch: 2-D, global {chunks, ceil(N/16)*16}, local {1, 16}.
 template <typename T, bool COLSUM>
-SYCL_EXT_ONEAPI_FUNCTION_PROPERTY((syclexp::nd_range_kernel<2>))
-void linear_relu_grad(const T* grad_output, const T* output, T* grad_pre, linear_acc_t<T>* partial, int64_t M,
+XK_ND_KERNEL(2)
+void linear_relu_grad(const T* grad_output, const T* output, T* grad_pre, acc_t<T>* partial, int64_t M,
                       int64_t N, int64_t rows_per_chunk) {
-  using acc = linear_acc_t<T>;
-  const auto it = sycl::ext::oneapi::this_work_item::get_nd_item<2>();
+  using acc = acc_t<T>;
+  const auto it = item<2>();
   const int64_t chunk = static_cast<int64_t>(it.get_global_id(0));
   const int64_t n = static_cast<int64_t>(it.get_global_id(1));
   if (n >= N) return;
@@ -352,24 +331,24 @@ void linear_relu_grad(const T* grad_output, const T* output, T* grad_pre, linear
   acc s = acc(0);
   for (int64_t r = r0; r < r1; ++r) {
     const int64_t i = r * N + n;
-    const T g = linear_detail::ld(output + i) > acc(0) ? grad_output[i] : linear_detail::from_acc<T>(acc(0));
+    const T g = linear_detail::ld(output + i) > acc(0) ? grad_output[i] : from_acc<T>(acc(0));
     grad_pre[i] = g;
-    if constexpr (COLSUM) s = s + linear_detail::to_acc(g);
+    if constexpr (COLSUM) s = s + to_acc<T>(g);
   }
   if constexpr (COLSUM) partial[chunk * N + n] = s;
 }
 
 // out[n] = sum_r partial[r, n], rounded once to T. Launch: 1-D, global ceil(N/16)*16, local 16.
 template <typename T>
-SYCL_EXT_ONEAPI_FUNCTION_PROPERTY((syclexp::nd_range_kernel<1>))
-void linear_column_sum(const linear_acc_t<T>* partial, T* out, int64_t R, int64_t N) {
-  using acc = linear_acc_t<T>;
-  const auto it = sycl::ext::oneapi::this_work_item::get_nd_item<1>();
+XK_ND_KERNEL(1)
+void linear_column_sum(const acc_t<T>* partial, T* out, int64_t R, int64_t N) {
+  using acc = acc_t<T>;
+  const auto it = item<1>();
   const int64_t n = static_cast<int64_t>(it.get_global_id(0));
   if (n >= N) return;
   acc s = acc(0);
   for (int64_t r = 0; r < R; ++r) s = s + partial[r * N + n];
-  out[n] = linear_detail::from_acc<T>(s);
+  out[n] = from_acc<T>(s);
 }
 
 }  // namespace xk
