@@ -85,8 +85,11 @@ Grads conv2d_backward(const at::Tensor& grad_output, const at::Tensor& input, co
   const Conv2dProblem p = check_conv2d_backward(grad_output, input, weight, stride, padding, dilation, groups);
   const auto mask = to_mask(output_mask);
   if (grad_output.numel() == 0 || input.numel() == 0 || weight.numel() == 0) {
-    at::Tensor gi = mask[0] ? at::zeros_like(input) : empty_grad_like(input);
-    at::Tensor gw = mask[1] ? at::zeros_like(weight) : empty_grad_like(weight);
+    // Same memory formats as the backends (and the fake in ops.py): the problem's format,
+    // grad_input contiguous 3-D when unbatched (p.channels_last is false then).
+    const auto fmt = p.channels_last ? at::MemoryFormat::ChannelsLast : at::MemoryFormat::Contiguous;
+    at::Tensor gi = mask[0] ? at::zeros(input.sizes(), input.options().memory_format(fmt)) : empty_grad_like(input);
+    at::Tensor gw = mask[1] ? at::zeros(weight.sizes(), weight.options().memory_format(fmt)) : empty_grad_like(weight);
     at::Tensor gb = mask[2] ? (p.batched ? grad_output.sum({0, 2, 3}) : grad_output.sum({1, 2})) : empty_grad_like(weight);
     return {gi, gw, gb};
   }
