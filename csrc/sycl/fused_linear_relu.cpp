@@ -122,6 +122,7 @@ void gemm(sycl::queue& q, GemmVariant variant, const at::Tensor& A, const at::Te
   const T* bias_ptr = has_bias ? bias.const_data_ptr<T>() : nullptr;
   const char* type = kernel_type_name<T>();
   T* c_ptr = C.mutable_data_ptr<T>();
+  at::Tensor packed, partial;  // temporaries: must outlive the kernel (see the wait at the end)
   sycl::event done;
   if (variant == GemmVariant::Gpu) {
     using G = xk::TiledTile;
@@ -142,7 +143,6 @@ void gemm(sycl::queue& q, GemmVariant variant, const at::Tensor& A, const at::Te
   } else {
     using G = xk::PanelTile<T>;
     const int64_t cols = G::kCols;
-    at::Tensor packed;
     const T* b_ptr;
     int64_t ldb, panel_stride;
     if (B.stride(1) == 1 && M < LinearConfig::kPackMinRows) {
@@ -156,7 +156,6 @@ void gemm(sycl::queue& q, GemmVariant variant, const at::Tensor& A, const at::Te
       panel_stride = K * cols;
     }
     // K blocks: partial sums live in C itself when T is the accumulation type.
-    at::Tensor partial;
     acc_t<T>* partial_ptr = nullptr;
     if (K > xk::kPanelKBlock) {
       if constexpr (std::is_same_v<T, acc_t<T>>) {
