@@ -34,13 +34,15 @@ constexpr const char* kVariantEnv = "XKERNELS_SYCL_GEMM_VARIANT";
 
 struct LinearConfig {
   // Forward with at most this many rows runs the dot kernel (weight read as given, [N, K]).
-  // Above it, packing W^T panel-major (a strided copy, ~3-7 GB/s here) pays for itself: the
-  // panel kernel ran ~1.4x the dot kernel's FLOP/s at M=64, N=K=1024, and the packing costs
-  // about as much as ~0.8 N*K*4 bytes of traffic -> break-even near M ~ 100.
+  // Above it, packing W^T panel-major pays for itself: the panel kernel ran ~1.6x the dot
+  // kernel's FLOP/s at M=64..512, N=K=1024 (141 vs 85 GFLOP/s), and the packing (a transpose,
+  // strided on one side) costs about as much as ~50-100 rows of GEMM at N=K=1024.
   static constexpr int64_t kDotMaxRows = 96;
   // A backward GEMM with at least this many rows packs its B operand; below, B is read in
   // place (its rows are then touched only a few times, so packing would cost more than it saves).
   static constexpr int64_t kPackMinRows = 32;
+  // Rows of B per work-group of the packing kernel (keeps >= a few work-groups per panel).
+  static constexpr int64_t kPackRowsPerGroup = 256;
   // ReLU-mask / column-sum kernel: rows per partial sum, and a cap on the number of partials.
   static constexpr int64_t kRowsPerChunk = 32;
   static constexpr int64_t kMaxChunks = 256;
@@ -87,6 +89,7 @@ std::vector<std::string> linear_kernel_names(const DeviceTraits& t) {
     out.push_back(std::string("xk::linear_relu_grad<") + type + ", true>");
     out.push_back(std::string("xk::linear_relu_grad<") + type + ", false>");
     out.push_back(std::string("xk::linear_column_sum<") + type + ">");
+    if (sg16) out.push_back(std::string("xk::linear_pack_panels<") + type + ">");
   };
   add(kernel_type_name<float>());
   add(kernel_type_name<sycl::ext::oneapi::bfloat16>());
@@ -97,18 +100,20 @@ std::vector<std::string> linear_kernel_names(const DeviceTraits& t) {
 
 const KernelGroup& kLinearGroup = register_kernel_group({"fused_linear_relu.hpp", linear_kernel_names});
 
-// B [K, N] (any strides) -> [ceil(N / width), K, width] contiguous: panel p holds columns
-// p*width .. p*width+width-1 row after row, the columns past N zero.
-at::Tensor pack_panels(const at::Tensor& B, int64_t width) {
+// B [K, N] (any strides) -> [ceil(N / kCols), K, kCols] contiguous, the panel-major layout of
+// linear_gemm_panel's B operand (columns past N zero). Queued before the GEMM that reads it
+// (in-order queue); the caller keeps the result alive until that GEMM is done.
+template <typename T>
+at::Tensor pack_panels(sycl::queue& q, const at::Tensor& B) {
+  using G = xk::PanelTile<T>;
   const int64_t K = B.size(0), N = B.size(1);
-  const int64_t full = N / width, rem = N % width;
-  at::Tensor packed = at::empty({full + (rem ? 1 : 0), K, width}, B.options());
-  if (full) packed.narrow(0, 0, full).copy_(B.narrow(1, 0, full * width).view({K, full, width}).permute({1, 0, 2}));
-  if (rem) {
-    at::Tensor last = packed.select(0, full);
-    last.narrow(1, 0, rem).copy_(B.narrow(1, full * width, rem));
-    last.narrow(1, rem, width - rem).zero_();
-  }
+  const int64_t panels = ceil_div(N, G::kCols);
+  at::Tensor packed = at::empty({panels, K, int64_t{G::kCols}}, B.options());
+  const int64_t k_chunks = ceil_div(K, LinearConfig::kPackRowsPerGroup);
+  const int64_t k_chunk = ceil_div(K, k_chunks);
+  const sycl::kernel k = get_kernel(q, kLinearGroup, kernel_name<T>("xk::linear_pack_panels"));
+  launch(q, k, sycl::nd_range<1>(sycl::range<1>(panels * k_chunks * G::kSubGroup), sycl::range<1>(G::kSubGroup)),
+         B.const_data_ptr<T>(), B.stride(0), B.stride(1), packed.mutable_data_ptr<T>(), K, N, k_chunk, k_chunks);
   return packed;
 }
 
@@ -150,7 +155,7 @@ void gemm(sycl::queue& q, GemmVariant variant, const at::Tensor& A, const at::Te
       ldb = B.stride(0);
       panel_stride = cols;
     } else {
-      packed = pack_panels(B, cols);
+      packed = pack_panels<T>(q, B);
       b_ptr = packed.const_data_ptr<T>();
       ldb = cols;
       panel_stride = K * cols;

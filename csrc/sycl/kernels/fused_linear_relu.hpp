@@ -179,6 +179,42 @@ XK_LINEAR_SUB_GROUP_16 void linear_gemm_panel(const T* A, int64_t a_rs, int64_t 
   }
 }
 
+// Packs a GEMM B operand for linear_gemm_panel: packed[p][k][c] = B[k * b_ks + n * b_ns] with
+// n = p * kCols + c, zero for n >= N. Lanes walk c: with b_ns == 1 (B rows contiguous, the
+// backward GEMMs) loads and stores are whole vectors; otherwise (W^T in the forward pass) the loads
+// are gathers over kCols rows of W, each cache line of which serves 16 consecutive k — a transpose
+// that cannot avoid one strided side, kept to the read side so the stores stay contiguous.
+// Launch: 1-D, local size 16, one work-group per (k chunk, panel), k chunks fastest.
+template <typename T>
+XK_ND_KERNEL(1)
+XK_LINEAR_SUB_GROUP_16 void linear_pack_panels(const T* B, int64_t b_ks, int64_t b_ns, T* packed, int64_t K,
+                                               int64_t N, int64_t k_chunk, int64_t k_chunks) {
+  using G = PanelTile<T>;
+  constexpr int V = G::kColVecs, S = G::kSubGroup;
+  const auto it = item<1>();
+  const int lane = static_cast<int>(it.get_local_id(0));
+  const int64_t g = static_cast<int64_t>(it.get_group(0));
+  const int64_t panel = g / k_chunks, k0 = (g % k_chunks) * k_chunk;
+  const int64_t k1 = K - k0 < k_chunk ? K : k0 + k_chunk;
+  const int64_t n0 = panel * G::kCols;
+  const T zero = from_acc<T>(acc_t<T>(0));
+  bool ok[V];
+  XK_LINEAR_UNROLL
+  for (int j = 0; j < V; ++j) ok[j] = n0 + j * S + lane < N;
+  T* dst = packed + panel * K * G::kCols + lane;
+  if (b_ns == 1) {
+    const T* src = B + n0 + lane;
+    for (int64_t k = k0; k < k1; ++k)
+      XK_LINEAR_UNROLL
+      for (int j = 0; j < V; ++j) dst[k * G::kCols + j * S] = ok[j] ? src[k * b_ks + j * S] : zero;
+  } else {
+    const T* src = B + (n0 + lane) * b_ns;
+    for (int64_t k = k0; k < k1; ++k)
+      XK_LINEAR_UNROLL
+      for (int j = 0; j < V; ++j) dst[k * G::kCols + j * S] = ok[j] ? src[k * b_ks + j * S * b_ns] : zero;
+  }
+}
+
 // ------------------------------------------------------------------ CPU: dot products along k
 // C[m, n] = epilogue( sum_k A[m * lda + k] * Bt[n * ldb + k] ).
 // Launch: 1-D, local size 16, one work-group per (row tile, column tile); row tiles fastest.
