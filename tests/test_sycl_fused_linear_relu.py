@@ -3,7 +3,9 @@
 The SYCL host wrapper picks its GEMM variant per device from XKERNELS_SYCL_GEMM_VARIANT
 (auto | cpu | gpu, read at every call): "cpu" = register-blocked sub-group kernels
 (linear_gemm_dot for the forward pass with <= 96 rows, linear_gemm_panel otherwise, with B
-packed panel-major when the GEMM has >= 32 rows and K-blocked partial sums when K > 512);
+packed panel-major by linear_pack_panels when the GEMM has >= 32 rows — a gather-transpose of W
+in the forward pass, a row copy of W or X in the backward pass — and K-blocked partial sums when
+K > 512: in C itself for float32/float64, in a float32 buffer for float16/bfloat16);
 "gpu" = the local-memory tiled kernel. Here both run on the OpenCL CPU device. The shapes
 below are chosen to reach each of those paths (M = 1, 3, 17, 64 -> dot; 131 -> packed panel;
 K = 521 -> K blocks) with primes and 1 for N and K (partial sub-groups, partial tiles).

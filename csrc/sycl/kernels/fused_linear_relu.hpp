@@ -1,5 +1,6 @@
 // fused_linear_relu kernels (single source): GEMMs with a fused bias + ReLU epilogue, and the two
-// small kernels of the backward pass. Free-function kernels, templated on the element type
+// small kernels of the backward pass (ReLU mask + column sums), plus the packing of the CPU
+// GEMM's B operand. Free-function kernels, templated on the element type
 // T in {float, double, sycl::half, sycl::ext::oneapi::bfloat16}; half types accumulate in float.
 //
 // Every GEMM computes   C[m, n] = epilogue( sum_k A(m, k) * B(k, n) )   for m < M, n < N, k < K,
@@ -66,7 +67,9 @@ template <> struct DotTile<double> {
   static constexpr int kCols = 4;
 };
 
-// GPU tiling: 16x16 work-items, 64x64 outputs (4x4 per work-item), K slices of 16.
+// GPU tiling: 16x16 = 256 work-items (within every GPU's work-group limit) share a 64x64 output
+// tile, 4x4 accumulators per work-item (register reuse of each staged value 4x); K slices of 16
+// make the two staged tiles 2 x 16 x 64 acc values = 8 KiB (fp32) of local memory per work-group.
 struct TiledTile {
   static constexpr int kLocal = 16;
   static constexpr int kTile = 64;
@@ -97,16 +100,16 @@ inline void panel_tile(const T* A, int64_t a_rs, int64_t a_ks, const T* Bp, int6
   using G = PanelTile<T>;
   constexpr int R = G::kRows, V = G::kColVecs, S = G::kSubGroup;
   bool col_ok[V];
-XK_LINEAR_UNROLL
+  XK_LINEAR_UNROLL
   for (int j = 0; j < V; ++j) col_ok[j] = !MASK_N || (n0 + j * S + lane < N);
   int64_t row[R];  // uniform; rows past M repeat the last row (computed, never stored)
-XK_LINEAR_UNROLL
+  XK_LINEAR_UNROLL
   for (int i = 0; i < R; ++i) row[i] = m0 + i < M ? m0 + i : M - 1;
 
   acc c[R][V];
-XK_LINEAR_UNROLL
+  XK_LINEAR_UNROLL
   for (int i = 0; i < R; ++i)
-XK_LINEAR_UNROLL
+    XK_LINEAR_UNROLL
     for (int j = 0; j < V; ++j) {
       c[i][j] = acc(0);
       if (!first && col_ok[j]) c[i][j] = partial[row[i] * ldc + n0 + j * S + lane];
@@ -115,20 +118,20 @@ XK_LINEAR_UNROLL
   for (int64_t k = k0; k < k1; ++k) {
     const T* b_row = Bp + k * ldb + lane;
     acc b[V];
-XK_LINEAR_UNROLL
+    XK_LINEAR_UNROLL
     for (int j = 0; j < V; ++j) b[j] = col_ok[j] ? ld(b_row + j * S) : acc(0);
-XK_LINEAR_UNROLL
+    XK_LINEAR_UNROLL
     for (int i = 0; i < R; ++i) {
       const acc a = ld(A + row[i] * a_rs + k * a_ks);
-XK_LINEAR_UNROLL
+      XK_LINEAR_UNROLL
       for (int j = 0; j < V; ++j) c[i][j] = sycl::fma(a, b[j], c[i][j]);
     }
   }
 
-XK_LINEAR_UNROLL
+  XK_LINEAR_UNROLL
   for (int i = 0; i < R; ++i) {
     if (m0 + i >= M) break;  // uniform
-XK_LINEAR_UNROLL
+    XK_LINEAR_UNROLL
     for (int j = 0; j < V; ++j) {
       if (!col_ok[j]) continue;
       const int64_t n = n0 + j * S + lane;
@@ -231,45 +234,45 @@ XK_LINEAR_SUB_GROUP_16 void linear_gemm_dot(const T* A, int64_t lda, const T* Bt
   const int64_t g = static_cast<int64_t>(it.get_group(0));
   const int64_t m0 = (g % row_tiles) * R, n0 = (g / row_tiles) * Q;
   int64_t row[R], col[Q];  // uniform clamps; overhanging rows/columns are computed, never stored
-XK_LINEAR_UNROLL
+  XK_LINEAR_UNROLL
   for (int i = 0; i < R; ++i) row[i] = m0 + i < M ? m0 + i : M - 1;
-XK_LINEAR_UNROLL
+  XK_LINEAR_UNROLL
   for (int j = 0; j < Q; ++j) col[j] = n0 + j < N ? n0 + j : N - 1;
 
   acc c[R][Q];
-XK_LINEAR_UNROLL
+  XK_LINEAR_UNROLL
   for (int i = 0; i < R; ++i)
-XK_LINEAR_UNROLL
+    XK_LINEAR_UNROLL
     for (int j = 0; j < Q; ++j) c[i][j] = acc(0);
 
   const int64_t k_full = K - K % S;
   for (int64_t k0 = 0; k0 < k_full; k0 += S) {
     acc a[R], b[Q];
-XK_LINEAR_UNROLL
+    XK_LINEAR_UNROLL
     for (int i = 0; i < R; ++i) a[i] = linear_detail::ld(A + row[i] * lda + k0 + lane);
-XK_LINEAR_UNROLL
+    XK_LINEAR_UNROLL
     for (int j = 0; j < Q; ++j) b[j] = linear_detail::ld(Bt + col[j] * ldb + k0 + lane);
-XK_LINEAR_UNROLL
+    XK_LINEAR_UNROLL
     for (int i = 0; i < R; ++i)
-XK_LINEAR_UNROLL
+      XK_LINEAR_UNROLL
       for (int j = 0; j < Q; ++j) c[i][j] = sycl::fma(a[i], b[j], c[i][j]);
   }
   if (k_full < K) {
     const bool ok = k_full + lane < K;
     acc a[R], b[Q];
-XK_LINEAR_UNROLL
+    XK_LINEAR_UNROLL
     for (int i = 0; i < R; ++i) a[i] = ok ? linear_detail::ld(A + row[i] * lda + k_full + lane) : acc(0);
-XK_LINEAR_UNROLL
+    XK_LINEAR_UNROLL
     for (int j = 0; j < Q; ++j) b[j] = ok ? linear_detail::ld(Bt + col[j] * ldb + k_full + lane) : acc(0);
-XK_LINEAR_UNROLL
+    XK_LINEAR_UNROLL
     for (int i = 0; i < R; ++i)
-XK_LINEAR_UNROLL
+      XK_LINEAR_UNROLL
       for (int j = 0; j < Q; ++j) c[i][j] = sycl::fma(a[i], b[j], c[i][j]);
   }
 
-XK_LINEAR_UNROLL
+  XK_LINEAR_UNROLL
   for (int i = 0; i < R; ++i)
-XK_LINEAR_UNROLL
+    XK_LINEAR_UNROLL
     for (int j = 0; j < Q; ++j) {
       acc v = sycl::reduce_over_group(sg, c[i][j], sycl::plus<acc>());
       if constexpr (BIAS) v = v + linear_detail::ld(bias + col[j]);
@@ -300,14 +303,14 @@ void linear_gemm_tiled(const T* A, int64_t a_rs, int64_t a_ks, const T* B, int64
   const int64_t n0 = static_cast<int64_t>(it.get_group(1)) * TILE;
 
   acc c[P][P];
-XK_LINEAR_UNROLL
+  XK_LINEAR_UNROLL
   for (int i = 0; i < P; ++i)
-XK_LINEAR_UNROLL
+    XK_LINEAR_UNROLL
     for (int j = 0; j < P; ++j) c[i][j] = acc(0);
 
   for (int64_t k0 = 0; k0 < K; k0 += KS) {
     // Each of the 256 work-items stages 4 elements of each tile (64 x 16 values).
-XK_LINEAR_UNROLL
+    XK_LINEAR_UNROLL
     for (int r = 0; r < (TILE * KS) / (L * L); ++r) {
       const int e = tid + r * L * L;
       const int a_row = e / KS, a_k = e % KS;  // A slice: consecutive work-items walk k
@@ -318,25 +321,25 @@ XK_LINEAR_UNROLL
       bs[b_k][b_col] = (n < N && kb < K) ? linear_detail::ld(B + kb * b_ks + n * b_ns) : acc(0);
     }
     sycl::group_barrier(it.get_group());
-XK_LINEAR_UNROLL
+    XK_LINEAR_UNROLL
     for (int kk = 0; kk < KS; ++kk) {
       acc a[P], b[P];
-XK_LINEAR_UNROLL
+      XK_LINEAR_UNROLL
       for (int i = 0; i < P; ++i) a[i] = as[kk][ty + i * L];
-XK_LINEAR_UNROLL
+      XK_LINEAR_UNROLL
       for (int j = 0; j < P; ++j) b[j] = bs[kk][tx + j * L];
-XK_LINEAR_UNROLL
+      XK_LINEAR_UNROLL
       for (int i = 0; i < P; ++i)
-XK_LINEAR_UNROLL
+        XK_LINEAR_UNROLL
         for (int j = 0; j < P; ++j) c[i][j] = sycl::fma(a[i], b[j], c[i][j]);
     }
     sycl::group_barrier(it.get_group());
   }
 
-XK_LINEAR_UNROLL
+  XK_LINEAR_UNROLL
   for (int i = 0; i < P; ++i) {
     const int64_t m = m0 + ty + i * L;
-XK_LINEAR_UNROLL
+    XK_LINEAR_UNROLL
     for (int j = 0; j < P; ++j) {
       const int64_t n = n0 + tx + j * L;
       if (m >= M || n >= N) continue;
