@@ -78,6 +78,18 @@ void bind_python(py::module_& m) {
   m.def("runtime_version", &runtime_version, "The SYCL runtime in use, e.g. '2026.1.2'.");
   m.def("runtime_version_source", &runtime_version_source, "Where runtime_version() came from.");
   m.def("build_options", &build_options_for_runtime, "Options every kernel build gets (incl. the FP options).");
+  m.def("build_log", &build_log,
+        "Kernel-group builds done by this process: [(label, seconds)] (once per device and group).");
+  m.def(
+      "kernel_groups",
+      [] {
+        std::vector<std::string> out;
+        for (const KernelGroup* g : kernel_groups()) out.push_back(g->file);
+        return out;
+      },
+      "Kernel files (groups) registered by the SYCL ops.");
+  m.def("cache_purged", &cache_purged,
+        "Directories of corrupted on-disk kernel-cache entries this process removed before building.");
   m.def("provider_kind", &provider_kind, "How kernels reach the device.");
   m.def(
       "kernel_names",
@@ -113,6 +125,18 @@ void bind_python(py::module_& m) {
       py::arg("progress") = py::none(),
       "Compiles every kernel group for every usable device now; progress(done, total, label) is called before "
       "each build. Returns [(label, seconds)].");
+  m.def(
+      "run_test_kernel",
+      [](const std::string& source, const std::string& name, const std::vector<uintptr_t>& pointers, int64_t n,
+         size_t global, size_t local, std::optional<std::vector<std::string>> fp_options) {
+        py::gil_scoped_release nogil;
+        run_test_kernel(source, name, pointers, n, global, local, fp_options ? &*fp_options : nullptr);
+      },
+      py::arg("source"), py::arg("name"), py::arg("pointers"), py::arg("n"), py::arg("global_size"),
+      py::arg("local_size"), py::arg("fp_options") = py::none(),
+      "Test hook: builds `source` and runs 1-D kernel `name`(pointers..., int64 n) on the CPU device; pointers "
+      "are data_ptr() of live contiguous CPU tensors. "
+      "fp_options replaces the pinned FP options (to show what they change).");
   m.def(
       "build_source_for_test",
       [](const std::string& source, const std::vector<std::string>& names) {
