@@ -3,7 +3,8 @@
 Every numerical test takes the `backend` fixture, so the same suite checks each backend
 ("reference" here; "sycl" reuses it unchanged). A backend that is unavailable skips with
 the reason xkernels.backends() gives — except that with XKERNELS_REQUIRE_SYCL=1 (CI) an
-unavailable "sycl" backend fails the tests instead of skipping them.
+unavailable "sycl" backend fails the tests instead of skipping them (pytest reports each as an
+error in setup, and the run fails).
 """
 from __future__ import annotations
 

@@ -149,6 +149,7 @@ def test_unbatched(backend, dtype, case, channels_last_weight):
 SAME = [(3, 3, 1), (4, 2, 1), (2, 3, (2, 3)), (5, 4, (1, 2)), (1, 1, 1)]
 
 
+@pytest.mark.filterwarnings("ignore:Using padding='same' with even kernel")  # aten's oracle, not xkernels
 @pytest.mark.parametrize("KH,KW,dilation", SAME, ids=[f"k{a}x{b}-d{d}" for a, b, d in SAME])
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 def test_padding_same(backend, dtype, KH, KW, dilation):
@@ -164,6 +165,7 @@ def test_padding_valid(backend, dtype, stride):
     check_forward_backward(case.ours, case.oracle, case.tensors(dtype), NAMES, dtype, "conv2d[valid]")
 
 
+@pytest.mark.filterwarnings("ignore:Using padding='same' with even kernel")
 def test_padding_same_channels_last(backend):
     case = Case(2, 4, 7, 6, 5, 4, 3, padding="same")
     x, w, b = case.tensors(torch.float32)
