@@ -139,12 +139,14 @@ void gemm(sycl::queue& q, GemmVariant variant, const at::Tensor& A, const at::Te
                   B.stride(1), bias_ptr, c_ptr, N, M, N, K);
   } else if (relu && M <= LinearConfig::kDotMaxRows && A.stride(1) == 1 && B.stride(0) == 1) {
     // Both operands unit-stride along k (the forward pass as given): dot products, no packing.
+    // (Instantiated for the forward epilogues only, hence `relu`.)
     using G = xk::DotTile<T>;
     const sycl::kernel k = get_kernel(q, kLinearGroup, gemm_name("xk::linear_gemm_dot", type, has_bias, relu));
     const int64_t row_tiles = ceil_div(M, G::kRows);
     const int64_t groups = row_tiles * ceil_div(N, G::kCols);
-    done = launch(q, k, sycl::nd_range<1>(sycl::range<1>(groups * G::kSubGroup), sycl::range<1>(G::kSubGroup)), A.const_data_ptr<T>(), A.stride(0),
-                  B.const_data_ptr<T>(), B.stride(1), bias_ptr, c_ptr, N, M, N, K, row_tiles);
+    const sycl::nd_range<1> range(sycl::range<1>(groups * G::kSubGroup), sycl::range<1>(G::kSubGroup));
+    done = launch(q, k, range, A.const_data_ptr<T>(), A.stride(0), B.const_data_ptr<T>(), B.stride(1), bias_ptr, c_ptr,
+                  N, M, N, K, row_tiles);
   } else {
     using G = xk::PanelTile<T>;
     const int64_t cols = G::kCols;
@@ -173,9 +175,9 @@ void gemm(sycl::queue& q, GemmVariant variant, const at::Tensor& A, const at::Te
     const int64_t row_groups = ceil_div(M, int64_t{G::kRows} * G::kRowTilesPerGroup);
     const int64_t groups = row_groups * ceil_div(N, cols);
     const sycl::kernel k = get_kernel(q, kLinearGroup, gemm_name("xk::linear_gemm_panel", type, has_bias, relu));
-    done = launch(q, k, sycl::nd_range<1>(sycl::range<1>(groups * G::kSubGroup), sycl::range<1>(G::kSubGroup)), A.const_data_ptr<T>(), A.stride(0),
-                  A.stride(1), b_ptr, ldb, panel_stride, bias_ptr, c_ptr, N, partial_ptr, M, N, K,
-                  int64_t{xk::kPanelKBlock}, row_groups);
+    const sycl::nd_range<1> range(sycl::range<1>(groups * G::kSubGroup), sycl::range<1>(G::kSubGroup));
+    done = launch(q, k, range, A.const_data_ptr<T>(), A.stride(0), A.stride(1), b_ptr, ldb, panel_stride, bias_ptr,
+                  c_ptr, N, partial_ptr, M, N, K, int64_t{xk::kPanelKBlock}, row_groups);
   }
   wait_if_host(C, done);
 }
@@ -233,8 +235,8 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> fused_linear_relu_backward(const 
     if (want_b) {
       gb = at::empty({N}, dy.options());
       const sycl::kernel k_sum = get_kernel(q, kLinearGroup, kernel_name<scalar_t>("xk::linear_column_sum"));
-      done = launch(q, k_sum, sycl::nd_range<1>(sycl::range<1>(cols), sycl::range<1>(C::kColumnLocal)), partial.const_data_ptr<acc>(),
-                    gb.mutable_data_ptr<scalar_t>(), chunks, N);
+      done = launch(q, k_sum, sycl::nd_range<1>(sycl::range<1>(cols), sycl::range<1>(C::kColumnLocal)),
+                    partial.const_data_ptr<acc>(), gb.mutable_data_ptr<scalar_t>(), chunks, N);
     }
     wait_if_host(dy, done);
     if (want_x) {  // dX [M, K] = G [M, N] @ W [N, K]

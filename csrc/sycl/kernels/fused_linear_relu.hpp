@@ -155,8 +155,9 @@ inline void panel_tile(const T* A, int64_t a_rs, int64_t a_ks, const T* Bp, int6
 template <typename T, bool BIAS, bool RELU>
 XK_ND_KERNEL(1)
 XK_LINEAR_SUB_GROUP_16 void linear_gemm_panel(const T* A, int64_t a_rs, int64_t a_ks, const T* B, int64_t ldb,
-                                              int64_t b_panel_stride, const T* bias, T* C, int64_t ldc, acc_t<T>* partial,
-                                              int64_t M, int64_t N, int64_t K, int64_t k_block, int64_t row_groups) {
+                                              int64_t b_panel_stride, const T* bias, T* C, int64_t ldc,
+                                              acc_t<T>* partial, int64_t M, int64_t N, int64_t K, int64_t k_block,
+                                              int64_t row_groups) {
   using G = PanelTile<T>;
   const auto it = item<1>();
   const int lane = static_cast<int>(it.get_local_id(0));
