@@ -47,7 +47,7 @@ def variant(request, sycl_available, monkeypatch):
         yield request.param
 
 
-def run_with_grads(backend: str, tensors, grad_out, variant_name: str | None = None):
+def run_with_grads(backend: str, tensors, grad_out):
     """Output and (input, weight, bias) grads of xkernels.fused_linear_relu on `backend`."""
     ours = [None if t is None else t.detach().clone().requires_grad_(True) for t in tensors]
     with xkernels.use_backend(backend):
