@@ -3,11 +3,12 @@
 // allocates outputs, picks the tile shape and launch geometry, and launches).
 //
 // Layouts: the kernels read their gathered operand (input, or grad_output for grad_input)
-// channels_last, so each reduction step reads contiguous channel runs; the output is written
-// directly in the problem's memory format (p.channels_last: NHWC, else NCHW), 3-D when the
-// input was unbatched. The weight is packed per call into [G, KH, KW, C/G, O/G padded] (the
-// destination channel innermost, zero padded to whole lane vectors) plus one trailing zero
-// that out-of-image taps read.
+// through its strides, so NCHW, channels_last and strided views are used as they are (no
+// copy); grad_weight also needs grad_output channels_last (its channels are vector loads) and
+// converts it when it is not. Outputs are written directly in the problem's memory format
+// (p.channels_last: NHWC, else NCHW), 3-D when the input was unbatched. The weight is packed
+// per call into [G, KH, KW, C/G, O/G padded] (the destination channel innermost, zero padded
+// to whole lane vectors) plus one trailing zero that out-of-image taps read.
 #include <ATen/ATen.h>
 
 #include <algorithm>
@@ -40,13 +41,21 @@ struct Conv2dConfig {
   // The wide tile is used from this many destination channels per group (at 48 a quarter
   // of its lanes idle; below that the narrow tile does less wasted work).
   static constexpr int64_t kWideMinChannels = 48;
-  // grad_weight / grad_bias reduce over N*OH*OW pixels; the pixels are split so that about
-  // kTargetGroups work-groups run, each summing at least kMinPixelsPerSplit pixels, with at
-  // most kMaxSplits partial sums per element. Fixed numbers (not device-dependent) keep the
-  // summation order, hence the result, the same on every device.
+  // grad_weight / grad_bias reduce over N*OH*OW pixels, split into chunks that each
+  // work-group sums into its own partial result (a second kernel adds the partials in a
+  // fixed order). Work-groups of one chunk run back to back, so a chunk of
+  // kPixelsPerSplit pixels (64 channels: 64 KiB of grad_output plus the input rows) stays
+  // in L2 while every tile reads it; with one chunk per image each work-group streamed the
+  // whole image from memory (measured 5x slower at 56x56x64). More splits are made when
+  // there are too few tiles for kTargetGroups work-groups. Bounds: at least
+  // kMinPixelsPerSplit pixels per split, at most kMaxSplits splits and kMaxPartialElements
+  // partial-sum elements. Fixed numbers (not device-dependent) keep the summation order,
+  // hence the result, the same on every device.
+  static constexpr int64_t kPixelsPerSplit = 256;
   static constexpr int64_t kTargetGroups = 64;
   static constexpr int64_t kMinPixelsPerSplit = 64;
   static constexpr int64_t kMaxSplits = 64;
+  static constexpr int64_t kMaxPartialElements = int64_t(1) << 23;
   static constexpr int64_t kReduceLocal = 64;  // work-items per work-group in the split reduction
 };
 
@@ -104,10 +113,8 @@ std::vector<std::string> conv2d_kernel_names(const DeviceTraits& t) {
 
 const KernelGroup& kConv2dGroup = register_kernel_group({"conv2d.hpp", conv2d_kernel_names});
 
-// `t` (4-D, or 3-D unbatched) as a dense 4-D tensor in the given memory format.
-at::Tensor as_4d(const at::Tensor& t, at::MemoryFormat fmt) {
-  return (t.dim() == 3 ? t.unsqueeze(0) : t).contiguous(fmt);
-}
+// `t` (4-D, or 3-D unbatched) as a 4-D view.
+at::Tensor as_4d(const at::Tensor& t) { return t.dim() == 3 ? t.unsqueeze(0) : t; }
 
 // The weight [O, C/G, KH, KW] packed for a destination-pixel GEMM, flattened, with one
 // trailing zero: forward ([G, KH, KW, C/G, O/G -> pad]) or grad_input ([G, KH, KW, O/G, C/G -> pad]).
@@ -123,7 +130,7 @@ at::Tensor pack_weight(const at::Tensor& weight, const Conv2dProblem& p, bool tr
 }
 
 struct IgemmArgs {
-  const at::Tensor& src;  // [N, Cs, Hs, Ws] channels_last
+  const at::Tensor& src;  // [N, Cs, Hs, Ws], any strides
   const at::Tensor& wpk;  // pack_weight(...)
   const at::Tensor& bias;  // [Cd] or undefined
   at::Tensor& dst;        // [N, Cd, Hd, Wd], channels_last or NCHW
@@ -143,16 +150,18 @@ sycl::event launch_igemm(sycl::queue& q, const DeviceTraits& traits, const Conv2
   return launch(q, k, sycl::nd_range<1>(sycl::range<1>(tiles * S), sycl::range<1>(S)),
                 a.src.const_data_ptr<scalar_t>(), a.wpk.const_data_ptr<scalar_t>(),
                 a.bias.defined() ? a.bias.const_data_ptr<scalar_t>() : nullptr, a.dst.mutable_data_ptr<scalar_t>(),
-                N, Cs, Hs, Ws, Cd, Hd, Wd, dst_pad, G, p.KH, p.KW, p.stride[0], p.stride[1], p.padding[0],
-                p.padding[1], p.dilation[0], p.dilation[1], static_cast<int32_t>(a.transposed ? 1 : 0));
+                N, Cs, Hs, Ws, a.src.stride(0), a.src.stride(1), a.src.stride(2), a.src.stride(3), Cd, Hd, Wd,
+                dst_pad, G, p.KH, p.KW, p.stride[0], p.stride[1], p.padding[0], p.padding[1], p.dilation[0],
+                p.dilation[1], static_cast<int32_t>(a.transposed ? 1 : 0));
 }
 
-// Number of pixel splits for a reduction over M pixels with `tiles` work-groups per split.
-int64_t pixel_splits(int64_t M, int64_t tiles) {
+// Number of pixel splits for a reduction over M pixels with `tiles` work-groups per split
+// and `packed` partial-sum elements per split (see Conv2dConfig).
+int64_t pixel_splits(int64_t M, int64_t tiles, int64_t packed) {
   using C = Conv2dConfig;
-  const int64_t by_work = ceil_div(C::kTargetGroups, tiles);
-  const int64_t by_pixels = std::max<int64_t>(1, M / C::kMinPixelsPerSplit);
-  return std::max<int64_t>(1, std::min({by_work, by_pixels, C::kMaxSplits}));
+  const int64_t want = std::max(ceil_div(C::kTargetGroups, tiles), ceil_div(M, C::kPixelsPerSplit));
+  const int64_t cap = std::min({C::kMaxSplits, M / C::kMinPixelsPerSplit, C::kMaxPartialElements / packed});
+  return std::max<int64_t>(1, std::min(want, cap));
 }
 
 // Sums `splits` partials part[s, packed] into dst (weight-gradient order, see the kernel).
@@ -172,7 +181,7 @@ sycl::event launch_reduce(sycl::queue& q, const DeviceTraits& traits, const at::
 
 at::Tensor conv2d(const at::Tensor& input, const at::Tensor& weight, const at::Tensor& bias, const Conv2dProblem& p) {
   const auto out_fmt = p.channels_last ? at::MemoryFormat::ChannelsLast : at::MemoryFormat::Contiguous;
-  const at::Tensor x = as_4d(input, at::MemoryFormat::ChannelsLast);
+  const at::Tensor x = as_4d(input);
   const at::Tensor b = bias.defined() ? bias.contiguous() : bias;
   at::Tensor out = at::empty({p.N, p.O, p.OH, p.OW}, input.options().memory_format(out_fmt));
   sycl::queue& q = queue_for(x);
@@ -193,7 +202,8 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> conv2d_backward(const at::Tensor&
                                                                const at::Tensor& input, const at::Tensor& weight,
                                                                const Conv2dProblem& p, std::array<bool, 3> mask) {
   const auto fmt = p.channels_last ? at::MemoryFormat::ChannelsLast : at::MemoryFormat::Contiguous;
-  const at::Tensor go = as_4d(grad_output, at::MemoryFormat::ChannelsLast);
+  const at::Tensor go = as_4d(grad_output);
+  const at::Tensor x = as_4d(input);
   at::Tensor gi = empty_grad_like(input), gw = empty_grad_like(weight), gb = empty_grad_like(weight);
   sycl::queue& q = queue_for(go);
   const DeviceTraits& traits = traits_of(q);
@@ -215,32 +225,36 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> conv2d_backward(const at::Tensor&
       wait_if_host(go, e);
       if (!p.batched) gi = gi.view(input.sizes());
     }
+    // grad_weight loads grad_output's channels as vectors: it needs channels_last memory.
+    const at::Tensor go_cl = mask[1] ? go.contiguous(at::MemoryFormat::ChannelsLast) : at::Tensor();
     if (mask[1]) {  // grad_weight: split reduction over pixels, then an ordered sum of the splits
-      const at::Tensor x = as_4d(input, at::MemoryFormat::ChannelsLast);
       gw = at::empty(weight.sizes(), weight.options().memory_format(fmt));
       const Tile tile = igemm_tile(Opg);
       const int64_t Opg_pad = ceil_div(Opg, S * tile.Q) * S * tile.Q;
       const int64_t tiles = G * p.KH * p.KW * ceil_div(Cpg, tile.R) * (Opg_pad / (S * tile.Q));
-      const int64_t splits = pixel_splits(M, tiles);
-      at::Tensor part = at::empty({splits, G * p.KH * p.KW * Cpg * Opg_pad}, acc_opts);
+      const int64_t packed = G * p.KH * p.KW * Cpg * Opg_pad;
+      const int64_t splits = pixel_splits(M, tiles, packed);
+      at::Tensor part = at::empty({splits, packed}, acc_opts);
       const sycl::kernel k = get_kernel(q, kConv2dGroup, grad_weight_name(type, S, tile));
       launch(q, k, sycl::nd_range<1>(sycl::range<1>(splits * tiles * S), sycl::range<1>(S)),
-             go.const_data_ptr<scalar_t>(), x.const_data_ptr<scalar_t>(), part.mutable_data_ptr<acc>(), p.N, p.C,
-             p.H, p.W, p.O, p.OH, p.OW, Opg_pad, G, p.KH, p.KW, p.stride[0], p.stride[1], p.padding[0],
-             p.padding[1], p.dilation[0], p.dilation[1], splits);
+             go_cl.const_data_ptr<scalar_t>(), x.const_data_ptr<scalar_t>(), part.mutable_data_ptr<acc>(), p.N, p.C,
+             p.H, p.W, x.stride(0), x.stride(1), x.stride(2), x.stride(3), p.O, p.OH, p.OW, Opg_pad, G, p.KH,
+             p.KW, p.stride[0], p.stride[1], p.padding[0], p.padding[1], p.dilation[0], p.dilation[1], splits);
       // In-order queue: the reduction runs after the partial sums.
       sycl::event e = launch_reduce<scalar_t>(q, traits, part, gw, G, Opg, Opg_pad, Cpg, p.KH, p.KW, p.channels_last);
       wait_if_host(go, e);
     }
     if (mask[2]) {  // grad_bias: the same two stages over grad_output alone
+      const at::Tensor& g = go_cl.defined() ? go_cl : go;  // channels_last when available: vector loads
       gb = at::empty({p.O}, weight.options());
       const int64_t O_pad = ceil_div(p.O, S) * S;
       const int64_t tiles = O_pad / S;
-      const int64_t splits = pixel_splits(M, tiles);
+      const int64_t splits = pixel_splits(M, tiles, O_pad);
       at::Tensor part = at::empty({splits, O_pad}, acc_opts);
       const sycl::kernel k = get_kernel(q, kConv2dGroup, grad_bias_name(type, S));
       launch(q, k, sycl::nd_range<1>(sycl::range<1>(splits * tiles * S), sycl::range<1>(S)),
-             go.const_data_ptr<scalar_t>(), part.mutable_data_ptr<acc>(), M, p.O, O_pad, splits);
+             g.const_data_ptr<scalar_t>(), part.mutable_data_ptr<acc>(), p.N, p.O, p.OH, p.OW, g.stride(0),
+             g.stride(1), g.stride(2), g.stride(3), O_pad, splits);
       sycl::event e = launch_reduce<scalar_t>(q, traits, part, gb, 1, p.O, O_pad, 1, 1, 1, false);
       wait_if_host(go, e);
     }

@@ -21,9 +21,10 @@
 // of all R pixels, i.e. R*Q accumulators. Per reduction step it loads Q weight vectors
 // (contiguous across lanes: the host packs the weight with the destination channel innermost,
 // padded to a multiple of S*Q) and R source values that are uniform across the sub-group
-// (scalar loads, no gathers), and issues R*Q fused multiply-adds. Addresses are computed with
-// uniform scalars and plain ternaries: per-lane address arrays and sycl::min/max make the
-// OpenCL CPU vectorizer emit slow gathers.
+// (scalar loads, no gathers: so the source may have any strides, and the host passes NCHW
+// and channels_last tensors, even views, as they are), and issues R*Q fused multiply-adds.
+// Addresses are computed with uniform scalars and plain ternaries: per-lane address arrays
+// and sycl::min/max make the OpenCL CPU vectorizer emit slow gathers.
 //
 // Floating point: products are accumulated with explicit fma() in acc_t (float for half,
 // bfloat16 and float; double for double), in the order (kh, kw, i); the build does not contract.
@@ -36,8 +37,7 @@ namespace xk {
 // ------------------------------------------------------------------ destination-pixel GEMM
 // Template parameters: T element type; DST_CL: dst is channels_last (NHWC memory), else NCHW;
 // S sub-group size; R pixels and Q channel vectors per work-group (see above).
-// src is always channels_last ([N, Hs, Ws, Cs] memory; the host converts), so the R source
-// values of one step are contiguous runs along the channel.
+// src: [N, Cs, Hs, Ws] with element strides (sN, sC, sH, sW), any layout.
 // transposed = 0: forward (src = input); 1: grad_input (src = grad_output).
 // wpk: packed weight [G, KH, KW, Cs/G, Cd_pad] (Cd_pad = Cd/G rounded up to S*Q, zero padded),
 //      FOLLOWED BY at least one zero element: taps that fall outside the source read that
@@ -47,9 +47,9 @@ namespace xk {
 template <typename T, bool DST_CL, int S, int R, int Q>
 XK_ND_KERNEL(1)
 [[sycl::reqd_sub_group_size(S)]] void conv2d_igemm(
-    const T* src, const T* wpk, const T* bias, T* dst, int64_t N, int64_t Cs, int64_t Hs, int64_t Ws, int64_t Cd,
-    int64_t Hd, int64_t Wd, int64_t Cd_pad, int64_t G, int64_t KH, int64_t KW, int64_t sh, int64_t sw, int64_t ph,
-    int64_t pw, int64_t dh, int64_t dw, int32_t transposed) {
+    const T* src, const T* wpk, const T* bias, T* dst, int64_t N, int64_t Cs, int64_t Hs, int64_t Ws, int64_t sN,
+    int64_t sC, int64_t sH, int64_t sW, int64_t Cd, int64_t Hd, int64_t Wd, int64_t Cd_pad, int64_t G, int64_t KH,
+    int64_t KW, int64_t sh, int64_t sw, int64_t ph, int64_t pw, int64_t dh, int64_t dw, int32_t transposed) {
   using A = acc_t<T>;
   const auto it = item<1>();
   const int64_t lane = static_cast<int64_t>(it.get_local_id(0));
@@ -83,8 +83,8 @@ XK_ND_KERNEL(1)
   const T* wg = wpk + g * KH * KW * Csg * Cd_pad + ct * (S * Q) + lane;
   for (int64_t kh = 0; kh < KH; ++kh) {
     for (int64_t kw = 0; kw < KW; ++kw) {
-      // Source run of each destination pixel at this tap: (pointer, channel stride 1), or
-      // (zero, stride 0) when the tap falls outside the source.
+      // Source channels of each destination pixel at this tap: (pointer, channel stride sC),
+      // or (zero, stride 0) when the tap falls outside the source.
       const T* sp[R];
       int64_t cs[R];
 #pragma unroll
@@ -102,8 +102,8 @@ XK_ND_KERNEL(1)
           sx = tx / sw;
           valid = valid && sy < Hs && sx < Ws;
         }
-        sp[r] = valid ? src + ((pn[r] * Hs + sy) * Ws + sx) * Cs + g * Csg : zero;
-        cs[r] = valid ? 1 : 0;
+        sp[r] = valid ? src + pn[r] * sN + sy * sH + sx * sW + g * Csg * sC : zero;
+        cs[r] = valid ? sC : 0;
       }
       const T* wk = wg + (kh * KW + kw) * Csg * Cd_pad;
       for (int64_t i = 0; i < Csg; ++i) {
@@ -141,7 +141,8 @@ XK_ND_KERNEL(1)
 // ------------------------------------------------------------------ grad_weight partial sums
 // part[s, g, kh, kw, c, o] (o padded to Opg_pad, a multiple of S*Q) =
 //     sum over the pixels m of split s of grad_output[m, g*Opg + o] * input[pixel of (m, kh, kw), g*Cpg + c]
-// grad_output [N, OH, OW, O] and input [N, H, W, C] are channels_last (the host converts).
+// grad_output is channels_last ([N, OH, OW, O] memory: its channels are loaded as vectors);
+// input [N, C, H, W] has element strides (sN, sC, sH, sW), any layout (scalar loads).
 // A work-group owns (split s, group g, tap, R input channels, S*Q output channels); lanes over
 // output channels (masked loads past Opg), the R input-channel values are uniform scalars.
 // Launch: nd_range<1>, local size S,
@@ -149,9 +150,9 @@ XK_ND_KERNEL(1)
 template <typename T, int S, int R, int Q>
 XK_ND_KERNEL(1)
 [[sycl::reqd_sub_group_size(S)]] void conv2d_grad_weight(
-    const T* go, const T* x, acc_t<T>* part, int64_t N, int64_t C, int64_t H, int64_t W, int64_t O, int64_t OH,
-    int64_t OW, int64_t Opg_pad, int64_t G, int64_t KH, int64_t KW, int64_t sh, int64_t sw, int64_t ph, int64_t pw,
-    int64_t dh, int64_t dw, int64_t splits) {
+    const T* go, const T* x, acc_t<T>* part, int64_t N, int64_t C, int64_t H, int64_t W, int64_t sN, int64_t sC,
+    int64_t sH, int64_t sW, int64_t O, int64_t OH, int64_t OW, int64_t Opg_pad, int64_t G, int64_t KH, int64_t KW,
+    int64_t sh, int64_t sw, int64_t ph, int64_t pw, int64_t dh, int64_t dw, int64_t splits) {
   using A = acc_t<T>;
   const auto it = item<1>();
   const int64_t lane = static_cast<int64_t>(it.get_local_id(0));
@@ -176,40 +177,48 @@ XK_ND_KERNEL(1)
   const int64_t c0 = cb * R;
   const int64_t o0 = ot * (S * Q) + lane;
 
+  // Input channels past Cpg (last block) re-read channel c0 and their sums are not stored,
+  // so the loads need no condition; output-channel lanes past Opg load masked (zero).
+  int64_t xoff[R];
+#pragma unroll
+  for (int r = 0; r < R; ++r) xoff[r] = ((c0 + r < Cpg) ? r : 0) * sC;
+  bool oin[Q];
+#pragma unroll
+  for (int q = 0; q < Q; ++q) oin[q] = o0 + q * S < Opg;
+
+  // Output columns whose input column ix = ox*sw - pw + kw*dw is inside [0, W): [ox_lo, ox_hi).
+  const int64_t bx = kw * dw - pw;  // ix = ox*sw + bx
+  const int64_t ox_lo = bx >= 0 ? 0 : (-bx + sw - 1) / sw;
+  const int64_t ox_hi_raw = (W - 1 - bx) >= 0 ? (W - 1 - bx) / sw + 1 : 0;
+  const int64_t ox_hi = ox_hi_raw < OW ? ox_hi_raw : OW;
+
   A acc[R][Q];
 #pragma unroll
   for (int r = 0; r < R; ++r)
 #pragma unroll
     for (int q = 0; q < Q; ++q) acc[r][q] = A(0);
 
-  if (mb < me) {
-    int64_t n = mb / (OH * OW);
-    int64_t rem = mb - n * (OH * OW);
-    int64_t oy = rem / OW, ox = rem - oy * OW;
-    for (int64_t m = mb; m < me; ++m) {
-      const int64_t iy = oy * sh - ph + kh * dh, ix = ox * sw - pw + kw * dw;
-      if (iy >= 0 && iy < H && ix >= 0 && ix < W) {
-        const T* gp = go + m * O + g * Opg + o0;
-        const T* xp = x + ((n * H + iy) * W + ix) * C + g * Cpg + c0;
-        A gv[Q];
+  // Walk the split's pixels row by row: (n, oy) rows, the valid column range of each.
+  for (int64_t row = mb / OW; row * OW < me; ++row) {
+    const int64_t n = row / OH, oy = row - n * OH;
+    const int64_t iy = oy * sh - ph + kh * dh;
+    if (iy < 0 || iy >= H) continue;
+    const int64_t rb = row * OW;
+    const int64_t lo0 = mb - rb > ox_lo ? mb - rb : ox_lo;
+    const int64_t hi0 = me - rb < ox_hi ? me - rb : ox_hi;
+    if (lo0 >= hi0) continue;
+    const T* gp = go + (rb + lo0) * O + g * Opg + o0;
+    const T* xp = x + n * sN + iy * sH + (lo0 * sw + bx) * sW + (g * Cpg + c0) * sC;
+    const int64_t xstep = sw * sW;
+    for (int64_t ox = lo0; ox < hi0; ++ox, gp += O, xp += xstep) {
+      A gv[Q];
 #pragma unroll
-        for (int q = 0; q < Q; ++q) {
-          gv[q] = A(0);
-          if (o0 + q * S < Opg) gv[q] = load<T>(gp, q * S);
-        }
+      for (int q = 0; q < Q; ++q) gv[q] = oin[q] ? load<T>(gp, q * S) : A(0);
 #pragma unroll
-        for (int r = 0; r < R; ++r) {
-          const A a = (c0 + r < Cpg) ? load<T>(xp, r) : A(0);
+      for (int r = 0; r < R; ++r) {
+        const A a = load<T>(xp, xoff[r]);
 #pragma unroll
-          for (int q = 0; q < Q; ++q) acc[r][q] = sycl::fma(gv[q], a, acc[r][q]);
-        }
-      }
-      if (++ox == OW) {
-        ox = 0;
-        if (++oy == OH) {
-          oy = 0;
-          ++n;
-        }
+        for (int q = 0; q < Q; ++q) acc[r][q] = sycl::fma(gv[q], a, acc[r][q]);
       }
     }
   }
@@ -225,13 +234,15 @@ XK_ND_KERNEL(1)
 }
 
 // ------------------------------------------------------------------ grad_bias partial sums
-// part[s, o] (o padded to O_pad, a multiple of S) = sum over the pixels of split s of grad_output[m, o];
-// grad_output is channels_last [N, OH, OW, O] (M = N*OH*OW rows of O).
+// part[s, o] (o padded to O_pad, a multiple of S) = sum over the pixels m of split s of grad_output[m, o],
+// M = N*OH*OW pixels; grad_output [N, O, OH, OW] has element strides (sN, sC, sH, sW): lanes run
+// over channels, so channels_last (sC = 1) gives vector loads, NCHW gathers.
 // Launch: nd_range<1>, local size S, global size S * splits * (O_pad / S).
 template <typename T, int S>
 XK_ND_KERNEL(1)
-[[sycl::reqd_sub_group_size(S)]] void conv2d_grad_bias(const T* go, acc_t<T>* part, int64_t M, int64_t O,
-                                                       int64_t O_pad, int64_t splits) {
+[[sycl::reqd_sub_group_size(S)]] void conv2d_grad_bias(const T* go, acc_t<T>* part, int64_t N, int64_t O,
+                                                       int64_t OH, int64_t OW, int64_t sN, int64_t sC, int64_t sH,
+                                                       int64_t sW, int64_t O_pad, int64_t splits) {
   using A = acc_t<T>;
   const auto it = item<1>();
   const int64_t lane = static_cast<int64_t>(it.get_local_id(0));
@@ -239,12 +250,25 @@ XK_ND_KERNEL(1)
   const int64_t otiles = O_pad / S;
   const int64_t o = (tile % otiles) * S + lane;
   const int64_t s = tile / otiles;
+  const int64_t M = N * OH * OW;
   const int64_t chunk = (M + splits - 1) / splits;
   const int64_t mb = s * chunk;
   const int64_t me = (mb + chunk < M) ? mb + chunk : M;
   A acc = A(0);
-  if (o < O) {
-    for (int64_t m = mb; m < me; ++m) acc += load<T>(go, m * O + o);
+  if (o < O && mb < me) {
+    int64_t n = mb / (OH * OW);
+    const int64_t rem = mb - n * (OH * OW);
+    int64_t oy = rem / OW, ox = rem - oy * OW;
+    for (int64_t m = mb; m < me; ++m) {
+      acc += load<T>(go, n * sN + o * sC + oy * sH + ox * sW);
+      if (++ox == OW) {
+        ox = 0;
+        if (++oy == OH) {
+          oy = 0;
+          ++n;
+        }
+      }
+    }
   }
   part[s * O_pad + o] = acc;
 }
