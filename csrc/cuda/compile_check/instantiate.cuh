@@ -5,6 +5,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "kernels/common.cuh"
 #include "kernels/gemm.cuh"
 #include "kernels/reduce.cuh"
 

@@ -1,5 +1,6 @@
 // CUDA dispatch key: backend selection for CUDA tensors and the registration of the
-// shared entry functions (entry.h) for every op.
+// shared entry functions (entry.h) for every op. Plain C++ (no device code): compiled by the
+// host compiler with the other C++ sources when the CUDA backend is built.
 #include <torch/library.h>
 
 #include "xkernels/backend.h"
