@@ -6,9 +6,12 @@
 #      with ptxas' register / spill report;
 #   2. floating-point policy on the generated PTX: no approximate division / sqrt / reciprocal and no
 #      flush-to-zero instructions anywhere;
-#   3. index mappings: csrc/cuda/compile_check/loaders_host_test.cu, built and run on the CPU;
-#   4. host wrappers: every csrc/cuda/*.cu against the installed torch's headers (host + device code,
-#      each architecture), and csrc/cuda/*.cpp (registration) with the host C++ compiler. A CPU-only torch wheel ships ATen/cuda and c10/cuda headers but not the
+#   3. kernels on the CPU: csrc/cuda/compile_check/kernels_cpu_test.cpp, built with the host C++ compiler
+#      and run: the implicit-GEMM index mappings, and the SIMT kernels themselves (GEMM with split-K,
+#      column sums, layer_norm) executed by a CPU simulator of blocks/barriers/warp shuffles (cpu_sim.h);
+#   4. host wrappers: every csrc/cuda/*.cu against the installed torch's headers (host and device code;
+#      for the last architecture only, since step 1 already compiles the same kernel instantiations for
+#      every architecture), and csrc/cuda/*.cpp (registration) with the host C++ compiler. A CPU-only torch wheel ships ATen/cuda and c10/cuda headers but not the
 #      generated c10/cuda/impl/cuda_cmake_macros.h; when it is missing the TUs are compiled with
 #      -DC10_CUDA_NO_CMAKE_CONFIGURE_FILE (that header only defines C10_CUDA_BUILD_SHARED_LIBS, which
 #      matters for Windows DLL exports).
@@ -40,7 +43,7 @@ PY=${PYTHON:-python3}
 ARCHS=${XK_CUDA_CHECK_ARCHS:-80 90}
 JOBS=${XK_CUDA_CHECK_JOBS:-$(nproc 2>/dev/null || echo 2)}
 OUT=${XK_CUDA_CHECK_DIR:-build/cuda-compile-check}
-mkdir -p "$OUT/obj" "$OUT/logs" "$OUT/ptx"
+mkdir -p "$OUT/obj" "$OUT/logs"
 
 TORCH_INFO=$($PY - <<'PY'
 import os, torch
@@ -58,7 +61,19 @@ NVCC_VER=$("$NVCC" --version | sed -n 's/.*release \([0-9.]*\).*/\1/p')
 mapfile -t FLAGS < <(grep -v '^#' cmake/cuda_nvcc_flags.txt | sed '/^[[:space:]]*$/d')
 GENCODE=()
 for a in $ARCHS; do GENCODE+=(-gencode "arch=compute_${a},code=sm_${a}"); done
-COMMON=(-std=c++20 "${FLAGS[@]}" "${GENCODE[@]}" -Xcompiler=-fPIC,-ffp-contract=off -I csrc/cuda)
+LAST_ARCH=${ARCHS##* }
+COMMON=(-std=c++20 "${FLAGS[@]}" -Xcompiler=-fPIC,-ffp-contract=off -I csrc/cuda)
+# CUDA's include directory, for host-compiler builds of the kernel headers (step 3).
+CUDA_INC=""
+for cand in "$("$NVCC" --dryrun -x cu -c /dev/null -o /dev/null 2>&1 | sed -n 's/.*INCLUDES="-I\([^"]*\)".*/\1/p' | head -1)" \
+            "${CUDA_HOME:-}/include" "$(dirname "$(readlink -f "$NVCC")")/../include" /usr/local/cuda/include; do
+  if [[ -n "$cand" && -f "$cand/cuda_runtime.h" ]]; then CUDA_INC=$cand; break; fi
+done
+if [[ -z "$CUDA_INC" ]]; then
+  echo "check_cuda_compile: CUDA include directory (cuda_runtime.h) not found next to $NVCC" >&2
+  exit 2
+fi
+CXX=${CXX:-c++}
 
 STAMP=$( { cat "$0" cmake/cuda_nvcc_flags.txt; find csrc/cuda csrc/include -type f | sort | xargs cat;
            echo "$NVCC_VER $TORCH_VER $TORCH_INC $ARCHS"; } | sha256sum | cut -d' ' -f1)
@@ -67,7 +82,8 @@ if [[ $FORCE == 0 && -f "$OUT/PASS" && "$(cat "$OUT/PASS")" == "$STAMP" ]]; then
   cat "$OUT/summary.txt"
   exit 0
 fi
-rm -f "$OUT/PASS"
+rm -rf "$OUT/PASS" "$OUT/ptx" "$OUT/logs"
+mkdir -p "$OUT/ptx" "$OUT/logs"
 
 # Every kernel header must be reached by a torch-free TU.
 missing=0
@@ -103,17 +119,17 @@ start_job() {  # name, command...
 
 for tu in csrc/cuda/compile_check/*_kernels.cu; do
   name=kernels-$(basename "$tu" .cu)
-  start_job "$name" "$NVCC" "${COMMON[@]}" -Werror all-warnings -Xptxas -v --keep --keep-dir "$OUT/ptx" \
-    -c "$tu" -o "$OUT/obj/$name.o"
+  start_job "$name" "$NVCC" "${COMMON[@]}" "${GENCODE[@]}" -Werror all-warnings -Xptxas -v --keep \
+    --keep-dir "$OUT/ptx" -c "$tu" -o "$OUT/obj/$name.o"
 done
-start_job host-index-test bash -c "\"$NVCC\" ${COMMON[*]} -Werror all-warnings -gencode arch=compute_80,code=sm_80 \
-  csrc/cuda/compile_check/loaders_host_test.cu -o \"$OUT/obj/loaders_host_test\" && \"$OUT/obj/loaders_host_test\""
+start_job cpu-kernel-test bash -c "\"$CXX\" -std=c++20 -O1 -pthread -Wall -Wextra -Wno-unknown-pragmas -Werror \
+  -ffp-contract=off -I csrc/cuda -I \"$CUDA_INC\" csrc/cuda/compile_check/kernels_cpu_test.cpp \
+  -o \"$OUT/obj/kernels_cpu_test\" && \"$OUT/obj/kernels_cpu_test\""
 for tu in csrc/cuda/*.cu; do
   name=host-$(basename "$tu" .cu)
-  start_job "$name" "$NVCC" "${COMMON[@]}" -Werror all-warnings "${TORCH_DEFS[@]}" "${TORCH_INCS[@]}" \
-    -c "$tu" -o "$OUT/obj/$name.o"
+  start_job "$name" "$NVCC" "${COMMON[@]}" -gencode "arch=compute_${LAST_ARCH},code=sm_${LAST_ARCH}" \
+    -Werror all-warnings "${TORCH_DEFS[@]}" "${TORCH_INCS[@]}" -c "$tu" -o "$OUT/obj/$name.o"
 done
-CXX=${CXX:-c++}
 for src in csrc/cuda/*.cpp; do
   name=cxx-$(basename "$src" .cpp)
   # -O2 as in the Release build: at -O0 g++ reports a false -Wreturn-type in entry.h's XK_CALL_BACKEND switch.
@@ -135,8 +151,10 @@ fail=0
       spills=$(grep -E "[1-9][0-9]* bytes spill stores" -c "$OUT/logs/$name.log" || true)
       maxreg=$(grep -o "Used [0-9]* registers" "$OUT/logs/$name.log" | awk '{print $2}' | sort -n | tail -1)
       extra="  ($n kernel builds, max ${maxreg:-0} registers, $spills with spills)"
-    elif [[ $name == host-index-test ]]; then
+    elif [[ $name == cpu-kernel-test ]]; then
       extra="  ($(tail -1 "$OUT/logs/$name.log"))"
+    elif [[ $name == host-* ]]; then
+      extra="  (sm_${LAST_ARCH})"
     fi
     printf '  %-8s %4ss  %s%s\n' "$st" "$secs" "$name" "$extra"
     [[ $st == ok ]] || fail=1

@@ -35,7 +35,7 @@ __global__ void column_sum_partial_kernel(Load load, Epi epi, int64_t R, int64_t
     for (int64_t r = r_begin + threadIdx.x; r < r_end; r += T) sum += load(r, c);
     red[threadIdx.x] = sum;
     __syncthreads();
-    for (int width = T / 2; width > 0; width >>= 1) {  // fixed-shape tree: deterministic
+    for (unsigned width = T / 2; width > 0; width >>= 1) {  // fixed-shape tree: deterministic
       if (threadIdx.x < width) red[threadIdx.x] += red[threadIdx.x + width];
       __syncthreads();
     }
