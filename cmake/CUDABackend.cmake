@@ -89,12 +89,12 @@ if(XK_WITH_CUDA)
     set(XK_CUDA_ARCHS "80-real;90")
     set(_xk_arch_src "default")
   endif()
+  # A CUDA build of torch (Caffe2/public/cuda.cmake, run by find_package(Torch)) has already
+  # appended -gencode flags to CMAKE_CUDA_FLAGS, from TORCH_CUDA_ARCH_LIST or by detecting the
+  # GPUs of this machine, and reset CMAKE_CUDA_ARCHITECTURES. The architectures are this file's
+  # decision (never the GPU present at build time): drop torch's flags, use XK_CUDA_ARCHS.
+  string(REGEX REPLACE "-gencode[ =]+arch=[^ ]+" "" CMAKE_CUDA_FLAGS "${CMAKE_CUDA_FLAGS}")
   set(CMAKE_CUDA_ARCHITECTURES "${XK_CUDA_ARCHS}")
-  # torch's headers need C++20 (torch >= 2.10 builds with it), in device code as on the host.
-  if(NOT DEFINED CMAKE_CUDA_STANDARD)
-    set(CMAKE_CUDA_STANDARD 20)
-  endif()
-  set(CMAKE_CUDA_STANDARD_REQUIRED ON)
   enable_language(CUDA)
   file(GLOB XK_CUDA_SOURCES CONFIGURE_DEPENDS "${CMAKE_CURRENT_SOURCE_DIR}/csrc/cuda/*.cu"
        "${CMAKE_CURRENT_SOURCE_DIR}/csrc/cuda/*.cpp")
@@ -114,7 +114,9 @@ function(xk_configure_cuda_target tgt)
   endif()
   target_compile_definitions(${tgt} PRIVATE XKERNELS_WITH_CUDA)
   target_include_directories(${tgt} PRIVATE "${CMAKE_CURRENT_SOURCE_DIR}/csrc/cuda")
-  set_target_properties(${tgt} PROPERTIES CUDA_ARCHITECTURES "${XK_CUDA_ARCHS}")
+  # torch's headers need C++20 (torch builds with it), in device code as on the host.
+  set_target_properties(${tgt} PROPERTIES CUDA_ARCHITECTURES "${XK_CUDA_ARCHS}" CUDA_STANDARD 20
+                                          CUDA_STANDARD_REQUIRED ON)
   # Host side of the .cu files: the same host FP flags and torch's ABI/defines as the C++ sources.
   set(_host "${XK_HOST_FP_FLAGS}")
   list(JOIN _host "," _host_csv)

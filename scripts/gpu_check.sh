@@ -39,6 +39,12 @@ if ! timeout "${GPU_CHECK_BUILD_S:-300}" $PY -m pip install --no-build-isolation
   exit 1
 fi
 grep -E "^-- +(CUDA backend|torch|SYCL)" "$OUT/build.log" | tee -a "$OUT/summary.txt"
+# Also place the built library in the source tree (python/xkernels, git-ignored), so the tests
+# import a complete package whichever of the two a conftest puts first on sys.path.
+SO=$(cd "$OUT" && $PY -c 'import xkernels._C as c; print(c.__file__)') || { stamp "installed xkernels does not import"; exit 1; }
+cp -f "$SO" python/xkernels/
+$PY -c 'import sys; sys.path.insert(0, "python"); import xkernels; print("xkernels", xkernels.__version__,
+"cuda backend:", xkernels.backends()["cuda"])' | tee -a "$OUT/summary.txt"
 
 # Run from outside the source tree so that the installed package (with _C) is imported.
 stamp "tests: tests/test_cuda.py -m cuda"
