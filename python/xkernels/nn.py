@@ -98,6 +98,9 @@ class Conv2d(nn.Conv2d):
         m.train(conv.training)
         return m
 
+    def _get_name(self) -> str:  # repr says which Conv2d this is
+        return "xkernels.nn.Conv2d"
+
     def _conv_forward(self, input: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
         if self.padding_mode != "zeros":
             raise _unsupported_padding_mode(self.padding_mode)
@@ -115,6 +118,9 @@ class LayerNorm(nn.LayerNorm):
         m.bias = ln.bias
         m.train(ln.training)
         return m
+
+    def _get_name(self) -> str:
+        return "xkernels.nn.LayerNorm"
 
     def forward(self, input: Tensor) -> Tensor:
         return ops.layer_norm(input, self.normalized_shape, self.weight, self.bias, self.eps)
