@@ -283,7 +283,12 @@ def run_info(args) -> int:
     console = _console()
     _print_environment(console, env)
     if "sycl" in env and env["sycl"].get("kernels"):
-        console.print("SYCL kernels: " + ", ".join(env["sycl"]["kernels"]))
+        groups: dict[str, int] = {}
+        for k in env["sycl"]["kernels"]:
+            base = k.split("<", 1)[0].split("::")[-1]
+            groups[base] = groups.get(base, 0) + 1
+        console.print(f"SYCL kernels ({len(env['sycl']['kernels'])} instantiations; --json lists them): " +
+                      ", ".join(f"{k} x{n}" for k, n in groups.items()))
     return EXIT_OK
 
 
@@ -396,9 +401,9 @@ def run_warmup(args) -> int:
             if state["task"] is None:
                 state["task"] = bar.add_task("compiling", total=total)
             bar.update(state["task"], completed=done, description=f"compiling {label}")
-        elif done != state["last"]:
+        elif done != state["last"] and done < total:  # called before each build, and once at the end
             state["last"] = done
-            console.print(f"  [{done}/{total}] {label}")
+            console.print(f"  [{done + 1}/{total}] compiling {label}")
 
     if bar is not None:
         with bar:
