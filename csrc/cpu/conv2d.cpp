@@ -41,7 +41,8 @@ struct Strides4 {
 
 // out[n, o, oh, ow] = bias[o] + sum_{c, kh, kw} input[n, g*Cg + c, ih, iw] * weight[o, c, kh, kw]
 // with g = o / Og, ih = oh*stride_h - pad_h + kh*dilation_h (likewise iw); out-of-range
-// input positions are the zero padding and are skipped.
+// input positions are the zero padding, multiplied like any other value (so a NaN or Inf
+// weight makes the border outputs NaN, as in PyTorch's float32/float64 convolutions).
 at::Tensor conv2d(const at::Tensor& input, const at::Tensor& weight, const at::Tensor& bias,
                   const Conv2dProblem& p) {
   const at::Tensor x = conv2d_as_4d_dense(input, p);
@@ -70,11 +71,12 @@ at::Tensor conv2d(const at::Tensor& input, const at::Tensor& weight, const at::T
             for (int64_t c = 0; c < Cg; ++c) {
               for (int64_t kh = 0; kh < KH; ++kh) {
                 const int64_t ih = oh * sh - ph + kh * dh;
-                if (ih < 0 || ih >= H) continue;
+                const bool row_in = ih >= 0 && ih < H;
                 for (int64_t kw = 0; kw < KW; ++kw) {
                   const int64_t iw = ow * sw - pw + kw * dw;
-                  if (iw < 0 || iw >= W) continue;
-                  sum += static_cast<acc>(X[xs(n, c0 + c, ih, iw)]) * static_cast<acc>(Wt[ws(o, c, kh, kw)]);
+                  // Zero padding is a real zero: 0 * NaN/Inf weight is NaN, as in PyTorch.
+                  const acc xv = row_in && iw >= 0 && iw < W ? static_cast<acc>(X[xs(n, c0 + c, ih, iw)]) : acc(0);
+                  sum += xv * static_cast<acc>(Wt[ws(o, c, kh, kw)]);
                 }
               }
             }
@@ -162,11 +164,12 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> conv2d_backward(const at::Tensor&
               for (int64_t n = 0; n < N; ++n) {
                 for (int64_t oh = 0; oh < OH; ++oh) {
                   const int64_t ih = oh * sh - ph + kh * dh;
-                  if (ih < 0 || ih >= H) continue;
+                  const bool row_in = ih >= 0 && ih < H;
                   for (int64_t ow = 0; ow < OW; ++ow) {
                     const int64_t iw = ow * sw - pw + kw * dw;
-                    if (iw < 0 || iw >= W) continue;
-                    sum += static_cast<acc>(DY[ys(n, o, oh, ow)]) * static_cast<acc>(X[xs(n, ci, ih, iw)]);
+                    // Padding is a real zero: a NaN/Inf grad_output times it is NaN, as in PyTorch.
+                    const acc xv = row_in && iw >= 0 && iw < W ? static_cast<acc>(X[xs(n, ci, ih, iw)]) : acc(0);
+                    sum += static_cast<acc>(DY[ys(n, o, oh, ow)]) * xv;
                   }
                 }
               }
