@@ -5,6 +5,9 @@ Configuration comes from the environment (all optional):
   XKERNELS_CUDA=auto|on|off   native CUDA backend (auto: nvcc found AND torch built with CUDA)
   XKERNELS_BUILD_TYPE=Release|Debug|RelWithDebInfo
   XKERNELS_SANITIZE=address,undefined   sanitizer test build
+  XKERNELS_SYCL_AOT=auto|on|off        kernels compiled ahead of time by icpx when ONEAPI_ROOT is set or
+                              icpx is on PATH (auto); XKERNELS_SYCL_TARGETS, XKERNELS_SYCL_AOT_DEVICES,
+                              XKERNELS_SYCL_CUDA_ARCH choose the device images (docs/oneapi.md)
   CMAKE_ARGS                  extra arguments passed to CMake verbatim
 """
 import os
@@ -18,6 +21,8 @@ from setuptools import Extension, setup
 from setuptools.command.build_ext import build_ext
 
 ROOT = Path(__file__).resolve().parent
+sys.path.insert(0, str(ROOT))
+from buildtools import oneapi  # noqa: E402  (plain Python: plans the oneAPI ahead-of-time kernels)
 
 
 def _sycl_prefix():
@@ -56,6 +61,12 @@ class CMakeBuild(build_ext):
             f"-DXKERNELS_VERSION={self.distribution.get_version()}",
             "-G", "Ninja",
         ]
+        try:
+            aot = oneapi.configure_for_setup(os.environ, ROOT, build_temp / "oneapi_aot", out_dir, _sycl_prefix())
+        except oneapi.OneAPIError as e:
+            raise SystemExit(f"xkernels: oneAPI ahead-of-time build: ERROR\n{e}") from None
+        print(aot.summary, flush=True)
+        args += aot.cmake_args
         args += shlex.split(os.environ.get("CMAKE_ARGS", ""))
         subprocess.run(["cmake", "-S", str(ROOT), "-B", str(build_temp), *args], check=True)
         jobs = os.environ.get("CMAKE_BUILD_PARALLEL_LEVEL", str(os.cpu_count() or 2))

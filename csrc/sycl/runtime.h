@@ -8,8 +8,12 @@
 #include <ATen/core/Tensor.h>
 #include <sycl/sycl.hpp>
 
+#include <c10/util/BFloat16.h>
+#include <c10/util/Half.h>
+
 #include <functional>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 namespace xkernels::sycl_backend {
@@ -47,13 +51,53 @@ const DeviceTraits& traits_of(const sycl::queue& q);
 // group, thread-safe; compile errors raise with the compiler log).
 sycl::kernel get_kernel(const sycl::queue& q, const KernelGroup& group, const std::string& name);
 
-// The C++ spelling of an element type inside kernel names.
+// The C++ spelling of an element type inside kernel names. Host element types map to the
+// device types the kernels are instantiated with (c10::Half -> "sycl::half",
+// c10::BFloat16 -> "sycl::ext::oneapi::bfloat16").
 template <typename T> const char* kernel_type_name();
+template <> const char* kernel_type_name<float>();
+template <> const char* kernel_type_name<double>();
+template <> const char* kernel_type_name<c10::Half>();
+template <> const char* kernel_type_name<c10::BFloat16>();
+template <> const char* kernel_type_name<sycl::half>();
+template <> const char* kernel_type_name<sycl::ext::oneapi::bfloat16>();
+
+// Registered kernel name "<base><T>", e.g. kernel_name<float>("xk::layer_norm_fwd") ==
+// "xk::layer_norm_fwd<float>".
+template <typename T> std::string kernel_name(const std::string& base) {
+  return base + "<" + kernel_type_name<T>() + ">";
+}
+
+// Throws (naming the kernel and the values) unless: every local size is >= 1 and the global
+// size is a multiple of it in each dimension; the work-group fits the device and the kernel
+// limit; `num_args` matches the kernel's parameter count. launch() calls it.
+void validate_launch(const sycl::queue& q, const sycl::kernel& k, int dims, const size_t* global,
+                     const size_t* local, size_t num_args);
 
 // Submits `k` over `range` with `args` (set in order) after validating the geometry
 // (global divisible by local, local size within the device limit). For CPU tensors the
-// caller waits on the returned event before returning to PyTorch.
+// caller waits on the returned event before returning to PyTorch (wait_if_host).
+// Arguments are passed by value: device pointers (for CPU tensors: the host pointers
+// themselves), integers and floating-point scalars of exactly the kernel's parameter types.
 template <int D, typename... Args>
-sycl::event launch(sycl::queue& q, const sycl::kernel& k, const sycl::nd_range<D>& range, const Args&... args);
+sycl::event launch(sycl::queue& q, const sycl::kernel& k, const sycl::nd_range<D>& range, const Args&... args) {
+  static_assert((std::is_trivially_copyable_v<Args> && ...), "kernel arguments must be trivially copyable");
+  size_t global[D], local[D];
+  for (int d = 0; d < D; ++d) {
+    global[d] = range.get_global_range()[d];
+    local[d] = range.get_local_range()[d];
+  }
+  validate_launch(q, k, D, global, local, sizeof...(Args));
+  return q.submit([&](sycl::handler& h) {
+    int index = 0;
+    (h.set_arg(index++, args), ...);
+    h.parallel_for(range, k);
+  });
+}
+
+// The only synchronisation: for a CPU tensor `t`, waits for `e` and rethrows any
+// asynchronous error (the op returns to PyTorch with its outputs written). For device
+// (XPU) tensors it returns at once: work stays ordered on torch's queue.
+void wait_if_host(const at::Tensor& t, sycl::event& e);
 
 }  // namespace xkernels::sycl_backend

@@ -72,13 +72,39 @@ def _stat_dtype(dtype: torch.dtype) -> torch.dtype:
     return torch.float64 if dtype == torch.float64 else torch.float32
 
 
+_SUPPORTED_DTYPES = (torch.float32, torch.float64, torch.float16, torch.bfloat16)
+
+
+def _check_dtype_supported(t: Tensor, arg: str, op: str) -> None:
+    torch._check(
+        t.dtype in _SUPPORTED_DTYPES,
+        lambda: f"xkernels.{op}: argument '{arg}' must be float32, float64, float16 or bfloat16, got {t.dtype}",
+    )
+
+
+def _check_same(t: Tensor | None, arg: str, ref: Tensor, ref_arg: str, op: str) -> None:
+    """`t` (if given) must share dtype and device with `ref` (as checks.h: check_same_dtype_device).
+    Needed here too: a call mixing 'meta' and real tensors dispatches to these fakes."""
+    if t is None:
+        return
+    torch._check(
+        t.dtype == ref.dtype,
+        lambda: f"xkernels.{op}: argument '{arg}' has dtype {t.dtype} but '{ref_arg}' has dtype {ref.dtype}; "
+        "they must match",
+    )
+    torch._check(
+        t.device == ref.device,
+        lambda: f"xkernels.{op}: argument '{arg}' is on device {t.device} but '{ref_arg}' is on device "
+        f"{ref.device}; they must be on the same device",
+    )
+
+
 def _linear_out_shape(input: Tensor, weight: Tensor, bias: Tensor | None, op: str) -> list:
+    _check_dtype_supported(input, "input", op)
+    _check_same(weight, "weight", input, "input", op)
+    _check_same(bias, "bias", input, "input", op)
     torch._check(input.dim() >= 1, lambda: f"xkernels.{op}: argument 'input' must have at least 1 dimension")
     torch._check(weight.dim() == 2, lambda: f"xkernels.{op}: argument 'weight' must be 2-D, got {weight.dim()}-D")
-    torch._check(
-        weight.dtype == input.dtype,
-        lambda: f"xkernels.{op}: argument 'weight' has dtype {weight.dtype} but 'input' has dtype {input.dtype}",
-    )
     torch._check(
         weight.shape[1] == input.shape[-1],
         lambda: f"xkernels.{op}: argument 'weight' has shape {tuple(weight.shape)} but input's last dimension "
@@ -100,6 +126,8 @@ def _fused_linear_relu_fake(input, weight, bias=None):
 @torch.library.register_fake("xkernels::fused_linear_relu_backward")
 def _fused_linear_relu_backward_fake(grad_output, input, weight, output, output_mask):
     _linear_out_shape(input, weight, None, "fused_linear_relu_backward")
+    _check_same(grad_output, "grad_output", input, "input", "fused_linear_relu_backward")
+    _check_same(output, "output", input, "input", "fused_linear_relu_backward")
     gi = input.new_empty(input.shape) if output_mask[0] else input.new_empty((0,))
     gw = weight.new_empty(weight.shape) if output_mask[1] else weight.new_empty((0,))
     gb = weight.new_empty((weight.shape[0],)) if output_mask[2] else weight.new_empty((0,))
@@ -107,6 +135,8 @@ def _fused_linear_relu_backward_fake(grad_output, input, weight, output, output_
 
 
 def _conv_problem(input, weight, stride, padding, dilation, groups, op):
+    _check_dtype_supported(input, "input", op)
+    _check_same(weight, "weight", input, "input", op)
     torch._check(input.dim() in (3, 4), lambda: f"xkernels.{op}: argument 'input' must be 3-D or 4-D, got {input.dim()}-D")
     torch._check(weight.dim() == 4, lambda: f"xkernels.{op}: argument 'weight' must be 4-D, got {weight.dim()}-D")
     torch._check(groups > 0, lambda: f"xkernels.{op}: argument 'groups' must be positive, got {groups}")
@@ -136,12 +166,14 @@ def _conv_problem(input, weight, stride, padding, dilation, groups, op):
 @torch.library.register_fake("xkernels::conv2d")
 def _conv2d_fake(input, weight, bias=None, stride=(1, 1), padding=(0, 0), dilation=(1, 1), groups=1):
     out_shape, fmt = _conv_problem(input, weight, stride, padding, dilation, groups, "conv2d")
+    _check_same(bias, "bias", input, "input", "conv2d")
     return torch.empty(out_shape, dtype=input.dtype, device=input.device, memory_format=fmt)
 
 
 @torch.library.register_fake("xkernels::conv2d_backward")
 def _conv2d_backward_fake(grad_output, input, weight, stride, padding, dilation, groups, output_mask):
     _, fmt = _conv_problem(input, weight, stride, padding, dilation, groups, "conv2d_backward")
+    _check_same(grad_output, "grad_output", input, "input", "conv2d_backward")
     in_fmt = fmt if input.dim() == 4 else torch.contiguous_format
     gi = (torch.empty(input.shape, dtype=input.dtype, device=input.device, memory_format=in_fmt)
           if output_mask[0] else input.new_empty((0,)))
@@ -165,6 +197,9 @@ def _ln_stat_shape(input, normalized_shape, op):
 @torch.library.register_fake("xkernels::layer_norm_forward")
 def _layer_norm_forward_fake(input, normalized_shape, weight=None, bias=None, eps=1e-5):
     stat = _ln_stat_shape(input, normalized_shape, "layer_norm")
+    _check_dtype_supported(input, "input", "layer_norm")
+    _check_same(weight, "weight", input, "input", "layer_norm")
+    _check_same(bias, "bias", input, "input", "layer_norm")
     for name, t in (("weight", weight), ("bias", bias)):
         if t is not None:
             torch._check(list(t.shape) == list(normalized_shape),
@@ -180,6 +215,8 @@ def _layer_norm_forward_fake(input, normalized_shape, weight=None, bias=None, ep
 @torch.library.register_fake("xkernels::layer_norm_backward")
 def _layer_norm_backward_fake(grad_output, input, normalized_shape, mean, rstd, weight, bias, output_mask):
     _ln_stat_shape(input, normalized_shape, "layer_norm_backward")
+    for name, t in (("grad_output", grad_output), ("weight", weight), ("bias", bias)):
+        _check_same(t, name, input, "input", "layer_norm_backward")
     gi = input.new_empty(input.shape) if output_mask[0] else input.new_empty((0,))
     gw = weight.new_empty(weight.shape) if (output_mask[1] and weight is not None) else input.new_empty((0,))
     gb = bias.new_empty(bias.shape) if (output_mask[2] and bias is not None) else input.new_empty((0,))

@@ -33,6 +33,13 @@ using Grads = std::tuple<at::Tensor, at::Tensor, at::Tensor>;
 
 inline std::array<bool, 3> to_mask(std::array<bool, 3> m) { return m; }
 
+// Zeros in the given memory format. (at::zeros ignores TensorOptions' memory_format: the
+// aten op has no such argument; at::empty honours it.)
+inline at::Tensor zeros_in(at::IntArrayRef sizes, const at::TensorOptions& opts,
+                           at::MemoryFormat fmt = at::MemoryFormat::Contiguous) {
+  return at::empty(sizes, opts.memory_format(fmt)).zero_();
+}
+
 // ---------------------------------------------------------------- fused_linear_relu
 template <Chooser choose>
 at::Tensor fused_linear_relu(const at::Tensor& input, const at::Tensor& weight, const std::optional<at::Tensor>& bias) {
@@ -70,7 +77,7 @@ at::Tensor conv2d(const at::Tensor& input, const at::Tensor& weight, const std::
   const auto fmt = p.channels_last ? at::MemoryFormat::ChannelsLast : at::MemoryFormat::Contiguous;
   if (p.N == 0 || p.O == 0) return at::empty(p.out_sizes(), input.options().memory_format(fmt));
   if (p.C == 0 || p.KH == 0 || p.KW == 0) {  // empty reduction: bias (or 0) everywhere
-    at::Tensor out = at::zeros(p.out_sizes(), input.options().memory_format(fmt));
+    at::Tensor out = zeros_in(p.out_sizes(), input.options(), fmt);
     if (b.defined()) out.add_(p.batched ? b.view({1, p.O, 1, 1}) : b.view({p.O, 1, 1}));
     return out;
   }
@@ -85,8 +92,11 @@ Grads conv2d_backward(const at::Tensor& grad_output, const at::Tensor& input, co
   const Conv2dProblem p = check_conv2d_backward(grad_output, input, weight, stride, padding, dilation, groups);
   const auto mask = to_mask(output_mask);
   if (grad_output.numel() == 0 || input.numel() == 0 || weight.numel() == 0) {
-    at::Tensor gi = mask[0] ? at::zeros_like(input) : empty_grad_like(input);
-    at::Tensor gw = mask[1] ? at::zeros_like(weight) : empty_grad_like(weight);
+    // Same memory formats as the backends (and the fake in ops.py): the problem's format,
+    // grad_input contiguous 3-D when unbatched (p.channels_last is false then).
+    const auto fmt = p.channels_last ? at::MemoryFormat::ChannelsLast : at::MemoryFormat::Contiguous;
+    at::Tensor gi = mask[0] ? zeros_in(input.sizes(), input.options(), fmt) : empty_grad_like(input);
+    at::Tensor gw = mask[1] ? zeros_in(weight.sizes(), weight.options(), fmt) : empty_grad_like(weight);
     at::Tensor gb = mask[2] ? (p.batched ? grad_output.sum({0, 2, 3}) : grad_output.sum({1, 2})) : empty_grad_like(weight);
     return {gi, gw, gb};
   }
@@ -122,8 +132,8 @@ Grads layer_norm_backward(const at::Tensor& grad_output, const at::Tensor& input
   mask[2] = mask[2] && bias.has_value() && bias->defined();
   if (p.M == 0 || p.N == 0) {
     at::Tensor gi = mask[0] ? at::zeros_like(input, at::MemoryFormat::Contiguous) : empty_grad_like(input);
-    at::Tensor gw = mask[1] ? at::zeros_like(w) : empty_grad_like(input);
-    at::Tensor gb = mask[2] ? at::zeros_like(*bias) : empty_grad_like(input);
+    at::Tensor gw = mask[1] ? zeros_in(w.sizes(), w.options()) : empty_grad_like(input);  // contiguous, as the backends
+    at::Tensor gb = mask[2] ? zeros_in(bias->sizes(), bias->options()) : empty_grad_like(input);
     return {gi, gw, gb};
   }
   const Backend chosen = choose("layer_norm_backward", input.scalar_type());

@@ -1,0 +1,133 @@
+// layer_norm SYCL kernels (single source; see common.hpp for the rules).
+//
+// Rows of length N, M rows, contiguous. Statistics in the accumulation type acc_t<T>.
+//  * layer_norm_fwd:     one sub-group per row (rows grid-strided, so any launch covers any
+//                        M and any sub-group size works); two-pass mean / variance (biased),
+//                        rstd = 1 / sqrt(var + eps); y = (x - mean) * rstd [* w] [+ b].
+//  * layer_norm_bwd_dx:  one sub-group per row; with xhat = (x - mean) * rstd, g = dy [* w]:
+//                        dx = rstd * (g - mean_j(g) - xhat * mean_j(g * xhat)).
+//  * layer_norm_bwd_wb_partial / _final: dw = sum_rows(dy * xhat), db = sum_rows(dy) by a
+//                        two-stage reduction: stage 1 sums blocks of rows per column into
+//                        acc_t partials [blocks, N]; stage 2 sums the partials per column.
+// Optional tensors (w, b, dw, db) are null pointers when absent.
+#pragma once
+#include "common.hpp"
+
+namespace xk {
+
+template <typename T>
+XK_ND_KERNEL(1)
+void layer_norm_fwd(const T* x, const T* w, const T* b, T* y, acc_t<T>* mean, acc_t<T>* rstd, int64_t M, int64_t N,
+                    acc_t<T> eps) {
+  using A = acc_t<T>;
+  const sycl::nd_item<1> it = item<1>();
+  const sycl::sub_group sg = it.get_sub_group();
+  const int64_t lane = sg.get_local_linear_id();
+  const int64_t width = sg.get_local_linear_range();
+  const int64_t per_group = sg.get_group_linear_range();
+  const int64_t stride = static_cast<int64_t>(it.get_group_range(0)) * per_group;
+  for (int64_t row = static_cast<int64_t>(it.get_group(0)) * per_group + sg.get_group_linear_id(); row < M;
+       row += stride) {
+    const T* xr = x + row * N;
+    A s = 0;
+    for (int64_t j = lane; j < N; j += width) s += load(xr, j);
+    const A mu = sub_group_sum(sg, s) / static_cast<A>(N);
+    A sq = 0;
+    for (int64_t j = lane; j < N; j += width) {
+      const A d = load(xr, j) - mu;
+      sq += d * d;
+    }
+    const A var = sub_group_sum(sg, sq) / static_cast<A>(N);
+    const A rs = A(1) / sycl::sqrt(var + eps);
+    if (lane == 0) {
+      mean[row] = mu;
+      rstd[row] = rs;
+    }
+    T* yr = y + row * N;
+    for (int64_t j = lane; j < N; j += width) {
+      A v = (load(xr, j) - mu) * rs;
+      if (w) v = v * load(w, j);
+      if (b) v = v + load(b, j);
+      store(yr, j, v);
+    }
+  }
+}
+
+template <typename T>
+XK_ND_KERNEL(1)
+void layer_norm_bwd_dx(const T* dy, const T* x, const acc_t<T>* mean, const acc_t<T>* rstd, const T* w, T* dx,
+                       int64_t M, int64_t N) {
+  using A = acc_t<T>;
+  const sycl::nd_item<1> it = item<1>();
+  const sycl::sub_group sg = it.get_sub_group();
+  const int64_t lane = sg.get_local_linear_id();
+  const int64_t width = sg.get_local_linear_range();
+  const int64_t per_group = sg.get_group_linear_range();
+  const int64_t stride = static_cast<int64_t>(it.get_group_range(0)) * per_group;
+  for (int64_t row = static_cast<int64_t>(it.get_group(0)) * per_group + sg.get_group_linear_id(); row < M;
+       row += stride) {
+    const T* xr = x + row * N;
+    const T* dyr = dy + row * N;
+    const A mu = mean[row], rs = rstd[row];
+    A sg_sum = 0, sgx_sum = 0;
+    for (int64_t j = lane; j < N; j += width) {
+      const A xhat = (load(xr, j) - mu) * rs;
+      const A g = w ? load(dyr, j) * load(w, j) : load(dyr, j);
+      sg_sum += g;
+      sgx_sum += g * xhat;
+    }
+    const A mg = sub_group_sum(sg, sg_sum) / static_cast<A>(N);
+    const A mgx = sub_group_sum(sg, sgx_sum) / static_cast<A>(N);
+    T* dxr = dx + row * N;
+    for (int64_t j = lane; j < N; j += width) {
+      const A xhat = (load(xr, j) - mu) * rs;
+      const A g = w ? load(dyr, j) * load(w, j) : load(dyr, j);
+      store(dxr, j, rs * (g - mg - xhat * mgx));
+    }
+  }
+}
+
+// Stage 1 over a 2-D range {blocks, >= N}: work-item (blk, j) sums rows
+// [blk * rows_per_block, min(M, (blk + 1) * rows_per_block)) of column j.
+template <typename T>
+XK_ND_KERNEL(2)
+void layer_norm_bwd_wb_partial(const T* dy, const T* x, const acc_t<T>* mean, const acc_t<T>* rstd,
+                               acc_t<T>* part_w, acc_t<T>* part_b, int64_t M, int64_t N, int64_t rows_per_block) {
+  using A = acc_t<T>;
+  const sycl::nd_item<2> it = item<2>();
+  const int64_t blk = it.get_global_id(0);
+  const int64_t j = it.get_global_id(1);
+  if (j >= N) return;
+  const int64_t r0 = blk * rows_per_block;
+  const int64_t r1 = M < r0 + rows_per_block ? M : r0 + rows_per_block;
+  A sw = 0, sb = 0;
+  for (int64_t r = r0; r < r1; ++r) {
+    const A d = load(dy, r * N + j);
+    if (part_w) sw += d * ((load(x, r * N + j) - mean[r]) * rstd[r]);
+    sb += d;
+  }
+  if (part_w) part_w[blk * N + j] = sw;
+  if (part_b) part_b[blk * N + j] = sb;
+}
+
+// Stage 2 over >= N work-items: column j sums its `blocks` partials.
+template <typename T>
+XK_ND_KERNEL(1)
+void layer_norm_bwd_wb_final(const acc_t<T>* part_w, const acc_t<T>* part_b, T* dw, T* db, int64_t blocks,
+                             int64_t N) {
+  using A = acc_t<T>;
+  const int64_t j = item<1>().get_global_id(0);
+  if (j >= N) return;
+  if (dw) {
+    A s = 0;
+    for (int64_t k = 0; k < blocks; ++k) s += part_w[k * N + j];
+    store(dw, j, s);
+  }
+  if (db) {
+    A s = 0;
+    for (int64_t k = 0; k < blocks; ++k) s += part_b[k * N + j];
+    store(db, j, s);
+  }
+}
+
+}  // namespace xk

@@ -1,0 +1,151 @@
+// _C.sycl: control plane of the SYCL backend for python/xkernels/backends.py and the tests.
+#include <pybind11/functional.h>
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+#include <c10/core/ScalarType.h>
+#include <c10/util/Exception.h>
+
+#include "sycl/runtime_info.h"
+#include "xkernels/backend.h"
+
+namespace py = pybind11;
+
+namespace xkernels::sycl_backend {
+
+namespace {
+
+// "float32" | "float64" | "float16" | "bfloat16" (also torch's short names) -> ScalarType.
+at::ScalarType dtype_from_name(const std::string& name) {
+  if (name == "float32" || name == "float") return at::kFloat;
+  if (name == "float64" || name == "double") return at::kDouble;
+  if (name == "float16" || name == "half") return at::kHalf;
+  if (name == "bfloat16") return at::kBFloat16;
+  TORCH_CHECK_VALUE(false, "xkernels._C.sycl.cpu_status: argument 'dtype_name' must be one of 'float32', 'float64', "
+                    "'float16', 'bfloat16', got '", name, "'");
+}
+
+py::dict device_dict(const DeviceRecord& r) {
+  py::dict d;
+  d["name"] = r.traits.name;
+  d["vendor"] = r.vendor;
+  d["platform"] = r.platform;
+  d["backend"] = r.backend;
+  d["type"] = r.type;
+  d["driver"] = r.driver;
+  d["fp16"] = r.traits.fp16;
+  d["fp64"] = r.traits.fp64;
+  d["compute_units"] = r.compute_units;
+  d["max_work_group_size"] = r.traits.max_work_group_size;
+  d["local_mem"] = r.traits.local_mem_bytes;
+  d["sub_group_sizes"] = r.traits.sub_group_sizes;
+  d["usable"] = r.usable;
+  if (!r.usable) d["reason"] = r.unusable_reason;
+  return d;
+}
+
+}  // namespace
+
+void bind_python(py::module_& m) {
+  m.def(
+      "devices",
+      [] {
+        py::list out;
+        const std::vector<DeviceRecord>* devs;
+        {
+          py::gil_scoped_release nogil;  // the first call discovers devices (loads OpenCL runtimes)
+          devs = &devices();
+        }
+        for (const auto& r : *devs) out.append(device_dict(r));
+        return out;
+      },
+      "Every SYCL device of every platform, as dicts (name, vendor, platform, backend, type, driver, fp16, fp64, "
+      "compute_units, max_work_group_size, local_mem, sub_group_sizes, usable[, reason]).");
+  m.def("discovery_error", [] { return discovery_error(); },
+        "Why the SYCL runtime found no device ('' when it found some).");
+  m.def(
+      "cpu_status",
+      [](const std::string& dtype_name) {
+        const at::ScalarType t = dtype_from_name(dtype_name);
+        std::string why;
+        bool ok;
+        {
+          py::gil_scoped_release nogil;
+          ok = sycl_cpu_available(t, &why);
+        }
+        return py::make_tuple(ok, why);
+      },
+      py::arg("dtype_name"), "(available, reason): can CPU tensors of this dtype run on the SYCL CPU device?");
+  m.def("runtime_version", &runtime_version, "The SYCL runtime in use, e.g. '2026.1.2'.");
+  m.def("runtime_version_source", &runtime_version_source, "Where runtime_version() came from.");
+  m.def("build_options", &build_options_for_runtime, "Options every kernel build gets (incl. the FP options).");
+  m.def("build_log", &build_log,
+        "Kernel-group builds done by this process: [(label, seconds)] (once per device and group).");
+  m.def(
+      "kernel_groups",
+      [] {
+        std::vector<std::string> out;
+        for (const KernelGroup* g : kernel_groups()) out.push_back(g->file);
+        return out;
+      },
+      "Kernel files (groups) registered by the SYCL ops.");
+  m.def("cache_purged", &cache_purged,
+        "Directories of corrupted on-disk kernel-cache entries this process removed before building.");
+  m.def("provider_kind", &provider_kind, "How kernels reach the device.");
+  m.def(
+      "kernel_names",
+      [] {
+        // For the CPU device when there is one (the dtypes it supports), else every type.
+        DeviceTraits all;
+        all.fp16 = all.fp64 = true;
+        const DeviceTraits* t = &all;
+        for (const auto& r : devices())
+          if (r.usable && r.traits.is_cpu) {
+            t = &r.traits;
+            break;
+          }
+        return all_kernel_names(*t);
+      },
+      "Registered kernel names (instantiations) of every kernel group.");
+  m.def(
+      "warmup",
+      [](py::object progress) {
+        std::function<void(size_t, size_t, const std::string&)> cb;
+        if (!progress.is_none())
+          cb = [progress](size_t done, size_t total, const std::string& label) {
+            py::gil_scoped_acquire gil;
+            progress(done, total, label);
+          };
+        std::vector<std::pair<std::string, double>> out;
+        {
+          py::gil_scoped_release nogil;
+          out = warmup(cb);
+        }
+        return out;
+      },
+      py::arg("progress") = py::none(),
+      "Compiles every kernel group for every usable device now; progress(done, total, label) is called before "
+      "each build. Returns [(label, seconds)].");
+  m.def(
+      "run_test_kernel",
+      [](const std::string& source, const std::string& name, const std::vector<uintptr_t>& pointers, int64_t n,
+         size_t global, size_t local, std::optional<std::vector<std::string>> fp_options) {
+        py::gil_scoped_release nogil;
+        run_test_kernel(source, name, pointers, n, global, local, fp_options ? &*fp_options : nullptr);
+      },
+      py::arg("source"), py::arg("name"), py::arg("pointers"), py::arg("n"), py::arg("global_size"),
+      py::arg("local_size"), py::arg("fp_options") = py::none(),
+      "Test hook: builds `source` and runs 1-D kernel `name`(pointers..., int64 n) on the CPU device; pointers "
+      "are data_ptr() of live contiguous CPU tensors. "
+      "fp_options replaces the pinned FP options (to show what they change).");
+  m.def(
+      "build_source_for_test",
+      [](const std::string& source, const std::vector<std::string>& names) {
+        py::gil_scoped_release nogil;
+        return build_source_for_test(source, names);
+      },
+      py::arg("source"), py::arg("names"),
+      "Test hook: builds SYCL source for the CPU device through the provider's build path (no in-memory cache); "
+      "returns which of `names` the bundle has. Compile errors raise RuntimeError with the compiler log.");
+}
+
+}  // namespace xkernels::sycl_backend

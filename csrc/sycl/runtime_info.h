@@ -1,0 +1,69 @@
+// Introspection and control of the SYCL runtime glue, for the Python bindings
+// (python_bindings.cpp) and tests. Op code uses runtime.h only.
+#pragma once
+#include <sycl/sycl.hpp>
+
+#include <functional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "sycl/runtime.h"
+
+namespace xkernels::sycl_backend {
+
+struct DeviceRecord {
+  sycl::device device;
+  DeviceTraits traits;
+  std::string vendor, platform, backend, type, driver;
+  uint32_t compute_units = 0;
+  bool usable = false;         // the kernel provider can build and run kernels on it
+  std::string unusable_reason; // why not, when !usable
+};
+
+// Traits of any device (discovered ones are cached; others, e.g. sub-devices, are added).
+const DeviceTraits& traits_of_device(const sycl::device& d);
+
+// Every device of every platform (discovered once; empty with discovery_error() set when
+// the runtime found none or failed).
+const std::vector<DeviceRecord>& devices();
+const std::string& discovery_error();
+
+// The SYCL runtime in use: e.g. "2026.1.2"; how it was determined is in runtime_version_source().
+std::string runtime_version();
+std::string runtime_version_source();
+// The options every build gets (version-dependent options + kDeviceFPOptions).
+std::vector<std::string> build_options_for_runtime();
+// The same with `fp_options` in place of kDeviceFPOptions (tests show what the FP options change).
+std::vector<std::string> build_options_with(const std::vector<std::string>& fp_options);
+// "compiled at run time (kernel_compiler)" (or, for an ahead-of-time build, what was used).
+std::string provider_kind();
+
+// Every kernel-group build of this process: ("<device>: <file>", seconds), in order. A build
+// served by the on-disk cache is listed too (it is fast).
+std::vector<std::pair<std::string, double>> build_log();
+
+// Entries of the on-disk kernel cache this process found corrupted and removed (directories).
+std::vector<std::string> cache_purged();
+
+// Every registered name of every group for `traits` (for xkernels.info()).
+std::vector<std::string> all_kernel_names(const DeviceTraits& traits);
+
+// Builds every registered group for every usable device (cached like get_kernel).
+// progress(done, total, label) is called before each build; returns (label, seconds).
+std::vector<std::pair<std::string, double>> warmup(
+    const std::function<void(size_t, size_t, const std::string&)>& progress);
+
+// Test hook: builds `source` for the CPU device like build_source_for_test (with
+// `fp_options`, when given, in place of kDeviceFPOptions) and runs 1-D kernel `name` over
+// `global` work-items in groups of `local` with arguments: the host `pointers` (data of live
+// CPU tensors), then `n`. Waits for completion.
+void run_test_kernel(const std::string& source, const std::string& name, const std::vector<uintptr_t>& pointers,
+                     int64_t n, size_t global, size_t local, const std::vector<std::string>* fp_options);
+
+// Test hook: builds `source` (with the kernel files as include files) for the CPU device,
+// bypassing the in-memory cache, through the same code path and error handling as
+// get_kernel. Returns the kernel names found among `names`.
+std::vector<std::string> build_source_for_test(const std::string& source, const std::vector<std::string>& names);
+
+}  // namespace xkernels::sycl_backend

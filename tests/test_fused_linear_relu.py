@@ -1,0 +1,131 @@
+"""fused_linear_relu forward and backward against torch.nn.functional in float64."""
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import xkernels
+from compare import check_forward_backward, randn, small_ints
+from tolerances import DTYPES
+
+NAMES = ("input", "weight", "bias")
+
+
+def oracle(x, w, b):
+    return F.relu(F.linear(x, w, b))
+
+
+# (input shape [..., K], N)
+SHAPES = [
+    ((1, 1), 1),
+    ((5,), 3),  # 1-D input
+    ((7, 13), 5),
+    ((3, 5, 17), 11),
+    ((31, 67), 19),
+    ((2, 3, 4, 9), 7),
+    ((0, 5), 3),  # no rows
+    ((2, 0, 5), 3),  # no rows, 3-D
+    ((4, 0), 3),  # K = 0: relu(bias) everywhere
+    ((4, 5), 0),  # N = 0
+]
+
+
+@pytest.mark.parametrize("shape,N", SHAPES, ids=[f"{'x'.join(map(str, s))}-N{n}" for s, n in SHAPES])
+@pytest.mark.parametrize("with_bias", [True, False], ids=["bias", "nobias"])
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_matches_torch(backend, dtype, shape, N, with_bias):
+    K = shape[-1]
+    x, w = randn(*shape, dtype=dtype), randn(N, K, dtype=dtype)
+    b = randn(N, dtype=dtype) if with_bias else None
+    out, _ = check_forward_backward(xkernels.fused_linear_relu, oracle, [x, w, b], NAMES, dtype, "fused_linear_relu")
+    assert out.is_contiguous()
+
+
+def _layout(kind: str, M: int, K: int, N: int, dtype):
+    x, w, b = randn(M, K, dtype=dtype), randn(N, K, dtype=dtype), randn(N, dtype=dtype)
+    if kind == "transposed_input":
+        x = randn(K, M, dtype=dtype).t()
+    elif kind == "transposed_weight":
+        w = randn(K, N, dtype=dtype).t()
+    elif kind == "sliced":
+        x = randn(M, 2 * K, dtype=dtype)[:, ::2]
+        w = randn(N, K + 3, dtype=dtype)[:, 1 : K + 1]
+    elif kind == "storage_offset":  # contiguous views that do not start at their storage's beginning
+        x = randn((M + 1) * K, dtype=dtype)[K:].view(M, K)
+        w = randn(N * K + 5, dtype=dtype)[5:].view(N, K)
+        b = randn(N + 1, dtype=dtype)[1:]
+    elif kind == "strided_bias":
+        b = randn(2 * N, dtype=dtype)[::2]
+    elif kind == "broadcast_input":  # stride-0 rows
+        x = randn(1, K, dtype=dtype).expand(M, K)
+    elif kind != "noncontiguous_grad":
+        raise AssertionError(kind)
+    return x, w, b
+
+
+LAYOUTS = ["transposed_input", "transposed_weight", "sliced", "storage_offset", "strided_bias", "broadcast_input",
+           "noncontiguous_grad"]
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_layouts(backend, dtype, layout):
+    x, w, b = _layout(layout, 9, 14, 6, dtype)
+    if layout in ("transposed_input", "sliced", "broadcast_input"):
+        assert not x.is_contiguous()
+    if layout == "storage_offset":
+        assert x.storage_offset() > 0 and w.storage_offset() > 0
+    check_forward_backward(xkernels.fused_linear_relu, oracle, [x, w, b], NAMES, dtype,
+                           f"fused_linear_relu[{layout}]", noncontiguous_grad=layout == "noncontiguous_grad")
+
+
+@pytest.mark.parametrize("needs", ["input", "weight", "bias", "input+bias", "weight+bias"])
+def test_partial_grads(backend, needs):
+    """Only the requested grads are computed (output_mask); they are still right."""
+    dtype = torch.float32
+    x, w, b = randn(6, 10, dtype=dtype), randn(4, 10, dtype=dtype), randn(4, dtype=dtype)
+    want = needs.split("+")
+    ours = [t.clone().requires_grad_(n in want) for n, t in zip(NAMES, (x, w, b))]
+    ref = [t.double().requires_grad_(n in want) for n, t in zip(NAMES, (x, w, b))]
+    out, expected = xkernels.fused_linear_relu(*ours), oracle(*ref)
+    go = randn(6, 4, dtype=dtype)
+    out.backward(go)
+    expected.backward(go.double())
+    for n, a, r in zip(NAMES, ours, ref):
+        if n in want:
+            torch.testing.assert_close(a.grad.double(), r.grad, rtol=1e-5, atol=1e-5, msg=f"grad of {n}")
+        else:
+            assert a.grad is None
+
+
+def test_small_integers_exact(backend):
+    """Integer inputs: every product and partial sum is exact in float32, so results must be exact."""
+    M, K, N = 23, 97, 17
+    x, w, b = small_ints(M, K), small_ints(N, K), small_ints(N)
+    xs, ws, bs = (t.clone().requires_grad_() for t in (x, w, b))
+    out = xkernels.fused_linear_relu(xs, ws, bs)
+    ref = [t.double().requires_grad_() for t in (x, w, b)]
+    expected = oracle(*ref)
+    assert torch.equal(out, expected.float())
+    assert (out > 0).any() and (out == 0).any()  # the ReLU mask matters
+    go = small_ints(M, N)
+    out.backward(go)
+    expected.backward(go.double())
+    for n, a, r in zip(NAMES, (xs, ws, bs), ref):
+        assert torch.equal(a.grad, r.grad.float()), f"grad of {n} not exact"
+
+
+def test_relu_propagates_nan(backend):
+    """relu(NaN) is NaN, as torch.relu (a max(0, x) that drops NaN would differ)."""
+    x, w = torch.randn(3, 4), torch.randn(2, 4)
+    x[1, 2] = float("nan")
+    out = xkernels.fused_linear_relu(x, w)
+    torch.testing.assert_close(out, F.relu(F.linear(x, w)), equal_nan=True)
+    assert out[1].isnan().all() and not out[0].isnan().any()
+
+
+def test_via_torch_ops(backend):
+    x, w, b = torch.randn(4, 5), torch.randn(3, 5), torch.randn(3)
+    torch.testing.assert_close(torch.ops.xkernels.fused_linear_relu(x, w, b), oracle(x, w, b))
+    torch.testing.assert_close(torch.ops.xkernels.fused_linear_relu(x, w), oracle(x, w, None))

@@ -1,0 +1,384 @@
+"""SYCL runtime glue and the SYCL layer_norm.
+
+Devices, the kernel provider (compile errors, launch validation, floating-point options),
+the persistent on-disk cache (second process, corrupted entries), warmup, thread safety,
+and layer_norm on the SYCL CPU device against float64 PyTorch and the reference backend.
+
+Without a SYCL CPU device these tests skip, unless XKERNELS_REQUIRE_SYCL=1: then they fail.
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import xkernels
+from xkernels import _C
+
+REQUIRE = os.environ.get("XKERNELS_REQUIRE_SYCL", "") not in ("", "0")
+PYTHON_DIR = str(Path(xkernels.__file__).resolve().parent.parent)
+
+
+def _sycl_cpu_reason() -> str:
+    if not _C.with_sycl:
+        return "xkernels was built without the SYCL backend"
+    ok, why = _C.sycl.cpu_status("float32")
+    return "" if ok else why
+
+
+@pytest.fixture(scope="module")
+def sycl_cpu():
+    why = _sycl_cpu_reason()
+    if why:
+        if REQUIRE:
+            pytest.fail(f"XKERNELS_REQUIRE_SYCL=1 but the SYCL CPU device is unavailable: {why}")
+        pytest.skip(f"SYCL CPU device unavailable: {why}")
+    return _C.sycl
+
+
+# ------------------------------------------------------------------ devices
+
+
+def test_devices_listed(sycl_cpu):
+    devs = sycl_cpu.devices()
+    assert devs, sycl_cpu.discovery_error()
+    keys = {"name", "vendor", "platform", "backend", "type", "driver", "fp16", "fp64", "compute_units",
+            "max_work_group_size", "local_mem", "sub_group_sizes", "usable"}
+    for d in devs:
+        assert keys <= set(d), d
+        assert isinstance(d["usable"], bool)
+        assert d["usable"] or d.get("reason"), d
+    cpus = [d for d in devs if d["type"] == "cpu" and d["usable"]]
+    assert cpus, devs
+    assert all(d["compute_units"] >= 1 and d["max_work_group_size"] >= 1 and d["sub_group_sizes"] for d in cpus)
+    assert sycl_cpu.cpu_status("float32") == (True, "")
+    assert sycl_cpu.cpu_status("bfloat16")[0]
+    assert sycl_cpu.cpu_status("float64")[0] == any(d["fp64"] for d in cpus)
+    with pytest.raises(ValueError, match="dtype_name"):
+        sycl_cpu.cpu_status("int8")
+
+
+def test_runtime_facts(sycl_cpu):
+    assert sycl_cpu.provider_kind() == "compiled at run time (kernel_compiler)"
+    version = sycl_cpu.runtime_version()
+    assert version[:4].isdigit() and int(version[:4]) >= 2025, version
+    opts = sycl_cpu.build_options()
+    assert "-ffp-contract=off" in opts and "-fno-fast-math" in opts
+    # 2025.x needs -fno-sycl-device-lib=all, 2026.x rejects it.
+    assert ("-fno-sycl-device-lib=all" in opts) == (int(version[:4]) < 2026)
+    names = sycl_cpu.kernel_names()
+    assert "xk::layer_norm_fwd<float>" in names and "xk::layer_norm_bwd_dx<sycl::ext::oneapi::bfloat16>" in names
+    assert "layer_norm.hpp" in sycl_cpu.kernel_groups()
+    info = xkernels.info()
+    assert info["sycl"]["runtime"] == version and info["backends"]["sycl"]["available"]
+
+
+# ------------------------------------------------------------------ provider
+
+
+def test_compile_error_raises_with_log(sycl_cpu):
+    bogus = textwrap.dedent("""
+        #include "common.hpp"
+        extern "C" XK_ND_KERNEL(1) void broken(float* x, long n) {
+          x[0] = xk_no_such_function(n);
+        }
+    """)
+    with pytest.raises(RuntimeError) as err:
+        sycl_cpu.build_source_for_test(bogus, ["broken"])
+    msg = str(err.value)
+    assert "compiling SYCL kernels 'test source'" in msg
+    assert "xk_no_such_function" in msg and "error" in msg  # the compiler's own diagnostic
+    assert "-ffp-contract=off" in msg  # the options used
+
+
+def test_good_source_builds(sycl_cpu):
+    src = '#include "common.hpp"\nextern "C" XK_ND_KERNEL(1) void fine(float* x, long n) {}\n'
+    assert sycl_cpu.build_source_for_test(src, ["fine"]) == ["fine"]
+
+
+_FP_PROBE = textwrap.dedent("""
+    #include "common.hpp"
+    extern "C" XK_ND_KERNEL(1) void fp_probe(const float* a, const float* b, const float* c,
+                                             float* axpy, float* quot, float* root, long n) {
+      const long i = xk::item<1>().get_global_id(0);
+      if (i >= n) return;
+      axpy[i] = a[i] * b[i] + c[i];
+      quot[i] = a[i] / b[i];
+      root[i] = sycl::sqrt(sycl::fabs(c[i]));
+    }
+""")
+
+
+def _run_fp_probe(sycl, n, fp_options=None):
+    g = torch.Generator().manual_seed(1234)
+    a, b, c = (torch.randn(n, generator=g) for _ in range(3))
+    outs = [torch.empty(n) for _ in range(3)]
+    sycl.run_test_kernel(_FP_PROBE, "fp_probe", [t.data_ptr() for t in (a, b, c, *outs)], n, n, 64, fp_options)
+    # Correctly rounded single roundings, computed exactly in float64 (a*b is exact there).
+    exact = [((a.double() * b.double()).float().double() + c.double()).float(),
+             (a.double() / b.double()).float(), c.abs().double().sqrt().float()]
+    return [(o == e).double().mean().item() for o, e in zip(outs, exact)]
+
+
+def test_fp_options_take_effect(sycl_cpu):
+    n = 1 << 14
+    axpy, quot, root = _run_fp_probe(sycl_cpu, n)
+    # Pinned options: a*b+c is two roundings (no contraction); division and sqrt correctly rounded.
+    assert (axpy, quot, root) == (1.0, 1.0, 1.0)
+    # Without them the kernel compiler contracts a*b+c into an FMA: the option is what prevents it.
+    axpy_default, _, _ = _run_fp_probe(sycl_cpu, n, fp_options=[])
+    assert axpy_default < 0.99
+
+
+def test_launch_validation(sycl_cpu):
+    src = '#include "common.hpp"\nextern "C" XK_ND_KERNEL(1) void two(float* x, long n) {}\n'
+    x = torch.zeros(64)
+    with pytest.raises(RuntimeError, match="not a multiple of the local size"):
+        sycl_cpu.run_test_kernel(src, "two", [x.data_ptr()], 64, 100, 64)
+    with pytest.raises(RuntimeError, match="zero dimension"):
+        sycl_cpu.run_test_kernel(src, "two", [x.data_ptr()], 64, 64, 0)
+    with pytest.raises(RuntimeError, match="exceeds the limit"):
+        sycl_cpu.run_test_kernel(src, "two", [x.data_ptr()], 64, 1 << 20, 1 << 20)
+    with pytest.raises(RuntimeError, match="3 arguments given, the kernel takes 2"):
+        sycl_cpu.run_test_kernel(src, "two", [x.data_ptr(), x.data_ptr()], 64, 64, 64)
+    sycl_cpu.run_test_kernel(src, "two", [x.data_ptr()], 64, 64, 64)  # and a good launch runs
+
+
+# ------------------------------------------------------------------ layer_norm
+
+# Error budget per dtype: |sycl - float64| <= FACTOR * |torch_same_dtype - float64| + ATOL * scale,
+# scale = max(1, max |float64 result|). Rounding the output to the dtype dominates for
+# half/bfloat16; float32/float64 differ from torch by summation order only.
+_FACTOR = 2.0
+_ATOL = {torch.float64: 1e-12, torch.float32: 2e-6, torch.float16: 2e-3, torch.bfloat16: 1.6e-2}
+_DTYPES = [torch.float32, torch.float64, torch.float16, torch.bfloat16]
+
+
+def _check_close(got, ours_dtype_torch, exact, dtype, what):
+    exact = exact.double()
+    scale = max(1.0, exact.abs().max().item()) if exact.numel() else 1.0
+    err = (got.double() - exact).abs().max().item() if exact.numel() else 0.0
+    torch_err = (ours_dtype_torch.double() - exact).abs().max().item() if exact.numel() else 0.0
+    bound = _FACTOR * torch_err + _ATOL[dtype] * scale
+    assert err <= bound, f"{what} ({dtype}): max error {err:.3e} > bound {bound:.3e} (torch's own {torch_err:.3e})"
+
+
+def _ln_case(shape, nshape, affine, dtype, seed, noncontig=False):
+    g = torch.Generator().manual_seed(seed)
+    full = list(shape)
+    if noncontig:
+        full[-1] *= 2
+    x = (torch.randn(full, generator=g, dtype=torch.float64) * 3 + 0.5)
+    if noncontig:
+        x = x[..., ::2]
+    n = torch.Size(nshape)
+    w = (torch.rand(n, generator=g, dtype=torch.float64) + 0.5) if affine else None
+    b = torch.randn(n, generator=g, dtype=torch.float64) if affine else None
+    dy = torch.randn(shape, generator=g, dtype=torch.float64)
+    cast = (lambda t: None if t is None else t.to(dtype))
+    return x.to(dtype), cast(w), cast(b), dy.to(dtype), (x, w, b, dy)
+
+
+def _grads(fn, x, w, b, dy):
+    leaves = [t.detach().clone().requires_grad_(True) if t is not None else None for t in (x, w, b)]
+    out = fn(*leaves)
+    inputs = [t for t in leaves if t is not None]
+    grads = torch.autograd.grad(out, inputs, dy)
+    it = iter(grads)
+    return out.detach(), [next(it) if t is not None else None for t in leaves]
+
+
+@pytest.mark.parametrize("dtype", _DTYPES, ids=str)
+@pytest.mark.parametrize(
+    "shape,nshape,affine,noncontig",
+    [((1, 1), (1,), True, False), ((7, 33), (33,), True, False), ((3, 5, 129), (129,), False, False),
+     ((4, 6, 10), (6, 10), True, True), ((130, 64), (64,), True, False), ((2, 1000), (1000,), True, True)],
+    ids=["1x1", "7x33", "3x5x129-noaffine", "4x6x10-2d-strided", "130x64", "2x1000-strided"])
+def test_layer_norm_matches_float64_and_reference(sycl_cpu, dtype, shape, nshape, affine, noncontig):
+    if dtype == torch.float64 and not sycl_cpu.cpu_status("float64")[0]:
+        pytest.skip("the SYCL CPU device has no fp64")
+    x, w, b, dy, (x64, w64, b64, dy64) = _ln_case(shape, nshape, affine, dtype, seed=hash((shape, affine)) % 1000)
+    eps = 1e-5
+
+    def ours(x_, w_, b_):
+        return xkernels.layer_norm(x_, list(nshape), w_, b_, eps)
+
+    def aten(x_, w_, b_):
+        return F.layer_norm(x_, list(nshape), w_, b_, eps)
+
+    with xkernels.use_backend("sycl"), xkernels.dispatch_record() as rec:
+        y, (gx, gw, gb) = _grads(ours, x, w, b, dy)
+        y2, mean, rstd = torch.ops.xkernels.layer_norm_forward(x, list(nshape), w, b, eps)
+    ran = {(op, backend) for (op, backend, _dev) in rec.counts()}
+    assert ("layer_norm", "sycl") in ran or ("layer_norm_forward", "sycl") in ran, rec.summary()
+    assert ("layer_norm_backward", "sycl") in ran, rec.summary()
+    assert y.dtype == dtype and y.shape == x.shape and y.is_contiguous()
+    assert torch.equal(y, y2)
+
+    y_exact, (gx_exact, gw_exact, gb_exact) = _grads(aten, x64, w64, b64, dy64)
+    y_torch, (gx_torch, gw_torch, gb_torch) = _grads(aten, x, w, b, dy)
+    _check_close(y, y_torch, y_exact, dtype, "output")
+    _check_close(gx, gx_torch, gx_exact, dtype, "grad_input")
+    if affine:
+        _check_close(gw, gw_torch, gw_exact, dtype, "grad_weight")
+        _check_close(gb, gb_torch, gb_exact, dtype, "grad_bias")
+
+    # Saved statistics, in the accumulation dtype.
+    red = tuple(range(x.dim() - len(nshape), x.dim()))
+    mean64 = x64.mean(red, keepdim=True)
+    rstd64 = (x64.var(red, unbiased=False, keepdim=True) + eps).rsqrt()
+    stat_dtype = torch.float64 if dtype == torch.float64 else torch.float32
+    assert mean.dtype == stat_dtype and rstd.dtype == stat_dtype
+    stat_tol = 1e-12 if dtype == torch.float64 else 1e-5
+    x_rounded = x.double()  # statistics are of the dtype-rounded input
+    mean_r = x_rounded.mean(red, keepdim=True)
+    rstd_r = (x_rounded.var(red, unbiased=False, keepdim=True) + eps).rsqrt()
+    torch.testing.assert_close(mean.double(), mean_r, rtol=stat_tol, atol=stat_tol * max(1, mean64.abs().max()))
+    torch.testing.assert_close(rstd.double(), rstd_r, rtol=stat_tol, atol=0)
+
+    # And the reference backend (the oracle) agrees within the same budget.
+    with xkernels.use_backend("reference"):
+        y_ref, (gx_ref, _, _) = _grads(ours, x, w, b, dy)
+    _check_close(y, y_ref, y_exact, dtype, "output vs reference")
+    _check_close(gx, gx_ref, gx_exact, dtype, "grad_input vs reference")
+
+
+def test_layer_norm_exact_on_small_integers(sycl_cpu):
+    # Rows with mean 0 and variance 1 exactly (values ±1): out = x * w + b exactly, eps = 0.
+    x = torch.tensor([[1.0, -1.0, 1.0, -1.0], [-1.0, -1.0, 1.0, 1.0]])
+    w = torch.tensor([2.0, 3.0, 4.0, 5.0])
+    b = torch.tensor([1.0, 0.0, -1.0, 0.5])
+    for dtype in (torch.float32, torch.bfloat16, torch.float16):
+        with xkernels.use_backend("sycl"):
+            y = xkernels.layer_norm(x.to(dtype), [4], w.to(dtype), b.to(dtype), eps=0.0)
+        assert torch.equal(y.float(), x * w + b), dtype
+
+
+def test_layer_norm_backward_mask(sycl_cpu):
+    x = torch.randn(5, 16)
+    w = torch.rand(16) + 0.5
+    b = torch.randn(16)
+    dy = torch.randn(5, 16)
+    with xkernels.use_backend("sycl"):
+        _, mean, rstd = torch.ops.xkernels.layer_norm_forward(x, [16], w, b, 1e-5)
+        full = torch.ops.xkernels.layer_norm_backward(dy, x, [16], mean, rstd, w, b, [True, True, True])
+        only_w = torch.ops.xkernels.layer_norm_backward(dy, x, [16], mean, rstd, w, b, [False, True, False])
+        no_w = torch.ops.xkernels.layer_norm_backward(dy, x, [16], mean, rstd, None, None, [True, True, True])
+    assert only_w[0].numel() == 0 and only_w[2].numel() == 0
+    assert torch.equal(only_w[1], full[1])
+    assert no_w[1].numel() == 0 and no_w[2].numel() == 0 and no_w[0].shape == x.shape
+
+
+# ------------------------------------------------------------------ processes: cache, warmup, threads
+
+
+def _child(code: str, cache: Path, timeout=300) -> dict:
+    """Runs `code` in a fresh interpreter with its own kernel cache; it prints one JSON line."""
+    env = dict(os.environ)
+    env["XKERNELS_CACHE_DIR"] = str(cache)
+    env["SYCL_CACHE_PERSISTENT"] = "1"
+    env["SYCL_CACHE_DIR"] = str(cache / "sycl")  # this process's _env.prepare() set the parent's
+    env["PYTHONPATH"] = PYTHON_DIR + os.pathsep + env.get("PYTHONPATH", "")
+    prog = "import json, time, torch, xkernels\nfrom xkernels import _C\n" + textwrap.dedent(code)
+    r = subprocess.run([sys.executable, "-c", prog], env=env, capture_output=True, text=True, timeout=timeout)
+    assert r.returncode == 0, f"child failed (rc={r.returncode}):\n{r.stdout}\n{r.stderr}"
+    return json.loads(r.stdout.strip().splitlines()[-1])
+
+
+_RUN_LAYER_NORM = """
+    t0 = time.perf_counter()
+    x = torch.randn(9, 70, generator=torch.Generator().manual_seed(0))
+    w = torch.rand(70) + 0.5
+    with xkernels.use_backend("sycl"):
+        y = xkernels.layer_norm(x, [70], w, None)
+    seconds = time.perf_counter() - t0
+    err = (y.double() - torch.nn.functional.layer_norm(x.double(), [70], w.double())).abs().max().item()
+    print(json.dumps({"seconds": seconds, "err": err, "builds": _C.sycl.build_log(),
+                      "purged": _C.sycl.cache_purged()}))
+"""
+
+
+def _cache_files(cache: Path) -> dict:
+    return {str(p.relative_to(cache)): p.stat().st_mtime_ns for p in cache.rglob("*")
+            if p.is_file() and not p.name.endswith("_access_time.txt")}
+
+
+def test_second_process_hits_cache(sycl_cpu, tmp_path):
+    cold = _child(_RUN_LAYER_NORM, tmp_path)
+    files = _cache_files(tmp_path)
+    assert any(f.endswith(".bin") for f in files), files
+    warm = _child(_RUN_LAYER_NORM, tmp_path)
+    assert cold["err"] < 1e-5 and warm["err"] < 1e-5
+    # The warm process compiled nothing: the runtime wrote no new cache files ...
+    assert _cache_files(tmp_path) == files
+    # ... and was clearly faster (generous: compiles take seconds, cache hits a fraction).
+    assert warm["seconds"] < 0.75 * cold["seconds"], (cold, warm)
+
+
+def test_corrupted_cache_entry_rebuilt(sycl_cpu, tmp_path):
+    _child(_RUN_LAYER_NORM, tmp_path)
+    bins = sorted(p for p in (tmp_path / "sycl").rglob("*.bin"))
+    assert bins
+    for i, p in enumerate(bins):
+        data = bytearray(p.read_bytes())
+        if i % 2 == 0:  # flipped bytes: the runtime would load this and crash (SIGSEGV)
+            for k in range(len(data) // 4, len(data), 97):
+                data[k] ^= 0xFF
+            p.write_bytes(bytes(data))
+        else:           # truncated: the runtime would recompile in every process, never rewriting it
+            p.write_bytes(b"")
+    healed = _child(_RUN_LAYER_NORM, tmp_path)
+    assert healed["err"] < 1e-5
+    assert healed["purged"], "corrupted entries were not detected"
+    files = _cache_files(tmp_path)
+    again = _child(_RUN_LAYER_NORM, tmp_path)
+    assert again["err"] < 1e-5 and again["purged"] == []
+    assert _cache_files(tmp_path) == files  # the rebuilt entries are used, not rebuilt again
+
+
+def test_warmup_compiles_all_groups(sycl_cpu, tmp_path):
+    out = _child("""
+        calls = []
+        res = _C.sycl.warmup(lambda done, total, label: calls.append((done, total, label)))
+        print(json.dumps({"res": res, "calls": calls, "groups": _C.sycl.kernel_groups(),
+                          "usable": sum(d["usable"] for d in _C.sycl.devices()), "builds": _C.sycl.build_log(),
+                          "py": xkernels.warmup()}))
+    """, tmp_path)
+    expected = out["usable"] * len(out["groups"])
+    assert expected >= 1 and len(out["res"]) == expected
+    labels = [label for label, _s in out["res"]]
+    for g in out["groups"]:
+        assert any(label.endswith(": " + g) for label in labels)
+    assert all(s >= 0 for _l, s in out["res"])
+    assert [c[0] for c in out["calls"]] == list(range(expected + 1)) and out["calls"][-1][2] == "done"
+    assert len(out["builds"]) == expected  # compiled once each
+    assert len(out["py"]) == expected      # a second warmup reuses them (and xkernels.warmup works)
+
+
+def test_concurrent_first_use_compiles_once(sycl_cpu, tmp_path):
+    out = _child("""
+        import threading
+        x = torch.randn(33, 40)
+        results, errors = [], []
+        def work():
+            try:
+                with xkernels.use_backend("sycl"):
+                    results.append(xkernels.layer_norm(x, [40]))
+            except Exception as e:
+                errors.append(repr(e))
+        threads = [threading.Thread(target=work) for _ in range(6)]
+        for t in threads: t.start()
+        for t in threads: t.join()
+        ref = torch.nn.functional.layer_norm(x, [40])
+        ok = len(results) == 6 and all((r - ref).abs().max().item() < 1e-5 for r in results)
+        print(json.dumps({"ok": ok, "errors": errors, "builds": _C.sycl.build_log()}))
+    """, tmp_path)
+    assert out["errors"] == [] and out["ok"]
+    assert [label for label, _s in out["builds"]].count(out["builds"][0][0]) == 1, out["builds"]
