@@ -2,6 +2,8 @@
 # In-place development build: compiles the extension into python/xkernels/ so that
 #   PYTHONPATH=python pytest tests
 # runs against the working tree. Usage: scripts/dev_build.sh [build-dir]  (env as for setup.py)
+# XKERNELS_OUTPUT_DIR=<dir> puts the extension there instead (e.g. a sanitizer build next to a
+# copy of the Python package, leaving python/xkernels/ alone).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD_DIR=${1:-build/dev}
@@ -17,7 +19,7 @@ AOT_ARGS=$($PY -m buildtools.oneapi --build-dir "$BUILD_DIR/oneapi_aot" --librar
 mapfile -t AOT_ARGS_ARR <<<"$AOT_ARGS"
 cmake -S . -B "$BUILD_DIR" -G Ninja \
   -DCMAKE_BUILD_TYPE="${XKERNELS_BUILD_TYPE:-Release}" \
-  -DCMAKE_LIBRARY_OUTPUT_DIRECTORY="$PWD/python/xkernels" \
+  -DCMAKE_LIBRARY_OUTPUT_DIRECTORY="${XKERNELS_OUTPUT_DIR:-$PWD/python/xkernels}" \
   -DPython_EXECUTABLE="$(command -v $PY)" \
   -DCMAKE_PREFIX_PATH="$TORCH_PREFIX" \
   -DXKERNELS_SYCL="${XKERNELS_SYCL:-AUTO}" -DXKERNELS_SYCL_ROOT="$SYCL_ROOT" \

@@ -58,7 +58,8 @@ at::Tensor fused_linear_relu(const at::Tensor& input, const at::Tensor& weight, 
   return out.view(p.out_sizes);
 }
 
-// With g = grad_output * (output > 0), the gradient of the linear part:
+// With g = (output <= 0 ? 0 : grad_output) -- torch.relu's backward: a NaN output passes the
+// gradient, and a NaN gradient where output <= 0 still gives 0 -- the gradient of the linear part:
 //   grad_input = g @ weight      [M, K]
 //   grad_weight = g^T @ input    [N, K]
 //   grad_bias = sum_rows(g)      [N]
@@ -87,7 +88,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> fused_linear_relu_backward(const 
     at::parallel_for(0, M, grain_for(N), [&](int64_t begin, int64_t end) {
       for (int64_t i = begin; i < end; ++i)
         for (int64_t j = 0; j < N; ++j)
-          G[i * N + j] = static_cast<acc>(Y[i * N + j]) > acc(0) ? static_cast<acc>(DY[i * N + j]) : acc(0);
+          G[i * N + j] = static_cast<acc>(Y[i * N + j]) <= acc(0) ? acc(0) : static_cast<acc>(DY[i * N + j]);
     });
 
     if (mask[0]) {

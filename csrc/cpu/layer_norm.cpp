@@ -1,11 +1,12 @@
 // layer_norm reference kernels (CPU): the oracle for every other backend.
-// Plain two-pass statistics per row in the accumulation type, 64-bit indexing,
-// parallel over rows with at::parallel_for.
+// Corrected two-pass statistics per row (mean, a correction of its rounding, centred
+// variance) in the accumulation type, 64-bit indexing, parallel over rows with at::parallel_for.
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 #include <torch/library.h>
 
 #include <cmath>
+#include <limits>
 
 #include "xkernels/dispatch.h"
 #include "xkernels/entry.h"
@@ -35,13 +36,27 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> layer_norm_forward(const at::Tens
         const scalar_t* xr = X + i * N;
         acc sum = 0;
         for (int64_t j = 0; j < N; ++j) sum += static_cast<acc>(xr[j]);
-        const acc mu = sum / static_cast<acc>(N);
-        acc sq = 0;
+        const acc mu0 = sum / static_cast<acc>(N);
+        // sum / N rounds, and a row of equal values (eleven 1e15 in float32, seven 0.1) would
+        // then get a spurious variance and a non-zero output. The mean of the deviations from
+        // mu0 corrects it: for equal values the corrected mean is the value itself, so the row
+        // normalizes to exactly 0 (the bias), as in PyTorch.
+        acc sd0 = 0;
+        for (int64_t j = 0; j < N; ++j) sd0 += static_cast<acc>(xr[j]) - mu0;
+        const acc mu = mu0 + sd0 / static_cast<acc>(N);
+        // Centred sum of squares about the corrected mean, less the (tiny) remaining first-order
+        // term: the corrected two-pass formula of Chan, Golub & LeVeque.
+        acc sd = 0, sq = 0;
         for (int64_t j = 0; j < N; ++j) {
           const acc d = static_cast<acc>(xr[j]) - mu;
+          sd += d;
           sq += d * d;
         }
-        const acc var = sq / static_cast<acc>(N);  // biased, as F.layer_norm
+        acc var = (sq - sd * (sd / static_cast<acc>(N))) / static_cast<acc>(N);  // biased, as F.layer_norm
+        if (var < acc(0)) var = acc(0);  // rounding; NaN stays NaN
+        // A variance that overflows (|x| ~ 1e20 in float32) has no meaningful reciprocal: rstd
+        // 0 would turn the row silently into the bias. Like PyTorch, rstd (and the row) is NaN.
+        if (std::isinf(var)) var = std::numeric_limits<acc>::quiet_NaN();
         const acc rs = acc(1) / std::sqrt(var + static_cast<acc>(eps));
         MEAN[i] = mu;
         RSTD[i] = rs;

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import os
 import sys
+import tempfile
+import warnings
 from pathlib import Path
 
 
@@ -37,8 +39,29 @@ def find_opencl_cpu_runtime() -> Path | None:
     return None
 
 
+class CacheDirectoryWarning(RuntimeWarning):
+    """The on-disk kernel cache cannot be used; kernels are cached in memory for this process only."""
+
+
+def _unwritable_reason(d: Path) -> str | None:
+    """Why `d` cannot hold cache entries (None when it can): created if missing, then probed
+    with a real file, since os.access misjudges read-only mounts and root."""
+    try:
+        d.mkdir(parents=True, exist_ok=True)
+        fd, probe = tempfile.mkstemp(prefix=".xkernels-probe-", dir=d)
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as e:
+        return f"{type(e).__name__}: {e.strerror or e}"
+    return None
+
+
 def prepare() -> dict[str, str]:
-    """Sets the variables (only where the user has not); returns what it set."""
+    """Sets the variables (only where the user has not); returns what it set.
+
+    When the persistent kernel cache is on but its directory cannot be written, persistence is
+    turned off (SYCL_CACHE_PERSISTENT=0) with a CacheDirectoryWarning: kernels are then compiled
+    once per process and kept in memory, instead of failing or retrying the disk on every build."""
     done: dict[str, str] = {}
     ocl = find_opencl_cpu_runtime()
     if ocl is not None:
@@ -54,4 +77,14 @@ def prepare() -> dict[str, str]:
         d = cache_dir() / "sycl"
         os.environ["SYCL_CACHE_DIR"] = str(d)
         done["SYCL_CACHE_DIR"] = str(d)
+    if os.environ.get("SYCL_CACHE_PERSISTENT") == "1":
+        d = Path(os.environ["SYCL_CACHE_DIR"]).expanduser()
+        why = _unwritable_reason(d)
+        if why is not None:
+            os.environ["SYCL_CACHE_PERSISTENT"] = "0"
+            done["SYCL_CACHE_PERSISTENT"] = "0"
+            warnings.warn(
+                f"xkernels: the kernel cache directory {d} is not writable ({why}); compiled kernels are "
+                "cached in memory for this process only. Set XKERNELS_CACHE_DIR to a writable directory "
+                "to keep them across processes.", CacheDirectoryWarning, stacklevel=3)
     return done

@@ -61,7 +61,7 @@ Grads fused_linear_relu_backward(const at::Tensor& grad_output, const at::Tensor
     // Nothing to multiply: grad_input / grad_weight are zero; grad_bias sums the masked grad over rows.
     at::Tensor gi = mask[0] ? at::zeros_like(input, at::MemoryFormat::Contiguous) : empty_grad_like(input);
     at::Tensor gw = mask[1] ? at::zeros_like(weight, at::MemoryFormat::Contiguous) : empty_grad_like(weight);
-    at::Tensor gb = mask[2] ? (grad_output * output.gt(0)).reshape({p.M, p.N}).sum(0) : empty_grad_like(weight);
+    at::Tensor gb = mask[2] ? at::where(output.le(0), at::zeros_like(grad_output), grad_output).reshape({p.M, p.N}).sum(0) : empty_grad_like(weight);
     return {gi, gw, gb};
   }
   const Backend chosen = choose("fused_linear_relu_backward", input.scalar_type());

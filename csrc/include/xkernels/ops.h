@@ -9,7 +9,8 @@
 //  * fused_linear_relu: out = relu(input @ weight.T + bias), shape p.out_sizes, contiguous.
 //  * *_backward(mask): returns (grad_input, grad_weight, grad_bias); a grad whose mask bit
 //    is false is returned as an empty tensor (numel 0). fused_linear_relu's backward takes
-//    the forward output for the ReLU mask (grad flows where output > 0).
+//    the forward output for the ReLU mask: grad flows where NOT (output <= 0), i.e. also
+//    where the output is NaN, exactly as torch.relu's backward (threshold_backward).
 //  * conv2d: output in p.channels_last memory format, 3-D when !p.batched.
 //  * layer_norm_forward: (output, mean, rstd); mean/rstd have shape p.stat_sizes and the
 //    accumulation dtype (float32 for float16/bfloat16/float32 input, float64 for float64).

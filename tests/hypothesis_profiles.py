@@ -1,0 +1,43 @@
+"""Hypothesis profiles for the property-based tests (tests/test_fuzz.py).
+
+Select with the environment variable HYPOTHESIS_PROFILE (default: "ci"):
+  ci       bounded and deterministic (derandomized): the same examples on every run, so CI stays
+           reproducible and within its time budget. Examples per test: FUZZ_EXAMPLES["ci"].
+  nightly  thousands of fresh random examples per test (FUZZ_EXAMPLES["nightly"]); failures are
+           stored in the example database (.hypothesis/) and replayed first on the next run.
+  dev      a quick smoke run while editing (a handful of examples).
+XKERNELS_FUZZ_EXAMPLES=<n> overrides the per-test example count of whichever profile is active.
+See docs/reliability.md for the commands.
+"""
+from __future__ import annotations
+
+import os
+
+from hypothesis import HealthCheck, Phase, settings
+
+# Examples per (test, backend). test_fuzz.py has 3 property tests (one per op, forward and
+# backward checked in every example), so the nightly profile runs 3 x 3000 = 9000 examples per
+# backend, and ci runs 3 x FUZZ_EXAMPLES["ci"].
+FUZZ_EXAMPLES = {"ci": 300, "nightly": 3000, "dev": 10}
+
+_common = dict(
+    deadline=None,  # the machine is shared and noisy; timing is not a property here
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.filter_too_much],
+    print_blob=True,  # a failure prints @reproduce_failure(...) to replay it exactly
+)
+
+settings.register_profile("ci", max_examples=FUZZ_EXAMPLES["ci"], derandomize=True, database=None,
+                          phases=[Phase.explicit, Phase.generate, Phase.shrink], **_common)
+settings.register_profile("nightly", max_examples=FUZZ_EXAMPLES["nightly"], **_common)
+settings.register_profile("dev", max_examples=FUZZ_EXAMPLES["dev"], **_common)
+
+PROFILE = os.environ.get("HYPOTHESIS_PROFILE", "ci")
+if PROFILE not in FUZZ_EXAMPLES:
+    raise ValueError(f"HYPOTHESIS_PROFILE must be one of {sorted(FUZZ_EXAMPLES)}, got {PROFILE!r}")
+settings.load_profile(PROFILE)
+
+
+def examples() -> int:
+    """Examples per property test and backend under the active profile."""
+    env = os.environ.get("XKERNELS_FUZZ_EXAMPLES")
+    return int(env) if env else FUZZ_EXAMPLES[PROFILE]
