@@ -35,6 +35,7 @@ from .backends import (  # noqa: E402
     current_backend,
     dispatch_record,
     info,
+    set_default_backend,
     use_backend,
     warmup,
 )
@@ -47,6 +48,7 @@ __all__ = [
     "layer_norm",
     "backends",
     "use_backend",
+    "set_default_backend",
     "current_backend",
     "info",
     "warmup",
