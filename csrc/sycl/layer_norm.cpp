@@ -78,10 +78,9 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> layer_norm_forward(const at::Tens
   return {out.view(input.sizes()), mean, rstd};
 }
 
-std::tuple<at::Tensor, at::Tensor, at::Tensor> layer_norm_backward(const at::Tensor& grad_output,
-                                                                   const at::Tensor& input, const at::Tensor& mean,
-                                                                   const at::Tensor& rstd, const at::Tensor& weight,
-                                                                   const LayerNormProblem& p, std::array<bool, 3> mask) {
+std::tuple<at::Tensor, at::Tensor, at::Tensor> layer_norm_backward(
+    const at::Tensor& grad_output, const at::Tensor& input, const at::Tensor& mean, const at::Tensor& rstd,
+    const at::Tensor& weight, const LayerNormProblem& p, std::array<bool, 3> mask) {
   const at::Tensor x = input.contiguous(), dy = grad_output.contiguous();
   const at::Tensor w = weight.defined() ? weight.contiguous() : weight;
   const auto stat_dtype = entry::layer_norm_stat_dtype(x.scalar_type());
