@@ -214,3 +214,33 @@ def test_require_sycl_turns_skip_into_failure():
     # pytest.fail in the fixture: reported as an error at setup of the sycl case, and the run fails.
     assert strict.returncode != 0 and "1 passed, 1 error" in strict.stdout, strict.stdout
     assert "XKERNELS_REQUIRE_SYCL=1" in strict.stdout
+
+
+def test_reference_is_deterministic_across_thread_counts():
+    """The reference kernels sum every element in a fixed order (gathers, no atomics), so results
+    are bitwise identical whatever the thread count. Sizes are large enough to be split."""
+    x, w, b = torch.randn(64, 128), torch.randn(64, 128), torch.randn(64)
+    xi, wi = torch.randn(2, 8, 16, 16), torch.randn(8, 8, 3, 3)
+    xl = torch.randn(64, 200)
+
+    def run():
+        outs = []
+        for fn, args in ((xkernels.fused_linear_relu, (x, w, b)),
+                         (lambda a, c: xkernels.conv2d(a, c, None, 1, 1), (xi, wi)),
+                         (lambda a: xkernels.layer_norm(a, [200]), (xl,))):
+            leaves = [t.clone().requires_grad_() for t in args]
+            out = fn(*leaves)
+            outs += [out.detach(), *torch.autograd.grad(out, leaves, torch.ones_like(out))]
+        return outs
+
+    threads = torch.get_num_threads()
+    try:
+        with xkernels.use_backend("reference"):
+            torch.set_num_threads(1)
+            single = run()
+            torch.set_num_threads(max(2, threads))
+            multi = run()
+    finally:
+        torch.set_num_threads(threads)
+    for i, (a, m) in enumerate(zip(single, multi)):
+        assert torch.equal(a, m), f"result {i} differs between 1 and {max(2, threads)} threads"
