@@ -41,6 +41,11 @@ struct LinearConfig {
   // A backward GEMM with at least this many rows packs its B operand; below, B is read in
   // place (its rows are then touched only a few times, so packing would cost more than it saves).
   static constexpr int64_t kPackMinRows = 32;
+  // K block of the panel kernel when A is not unit-stride along k (dW = G^T @ X reads G^T with
+  // a stride of N per k): each k step then touches a new cache line of A, N*4 bytes (often a power
+  // of two) past the last, so those lines alias in a few cache sets; short K blocks keep the A
+  // lines of one block (48 rows x 64 k) resident while the work-group's row tiles reuse them.
+  static constexpr int64_t kPanelKBlockStridedA = 64;
   // Rows of B per work-group of the packing kernel (keeps >= a few work-groups per panel).
   static constexpr int64_t kPackRowsPerGroup = 256;
   // ReLU-mask / column-sum kernel: rows per partial sum, and a cap on the number of partials.
@@ -163,8 +168,9 @@ void gemm(sycl::queue& q, GemmVariant variant, const at::Tensor& A, const at::Te
       panel_stride = K * cols;
     }
     // K blocks: partial sums live in C itself when T is the accumulation type.
+    const int64_t k_block = A.stride(1) == 1 ? xk::kPanelKBlock : LinearConfig::kPanelKBlockStridedA;
     acc_t<T>* partial_ptr = nullptr;
-    if (K > xk::kPanelKBlock) {
+    if (K > k_block) {
       if constexpr (std::is_same_v<T, acc_t<T>>) {
         partial_ptr = c_ptr;
       } else {
@@ -177,7 +183,7 @@ void gemm(sycl::queue& q, GemmVariant variant, const at::Tensor& A, const at::Te
     const sycl::kernel k = get_kernel(q, kLinearGroup, gemm_name("xk::linear_gemm_panel", type, has_bias, relu));
     const sycl::nd_range<1> range(sycl::range<1>(groups * G::kSubGroup), sycl::range<1>(G::kSubGroup));
     done = launch(q, k, range, A.const_data_ptr<T>(), A.stride(0), A.stride(1), b_ptr, ldb, panel_stride, bias_ptr,
-                  c_ptr, N, partial_ptr, M, N, K, int64_t{xk::kPanelKBlock}, row_groups);
+                  c_ptr, N, partial_ptr, M, N, K, k_block, row_groups);
   }
   wait_if_host(C, done);
 }
