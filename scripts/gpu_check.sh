@@ -34,7 +34,7 @@ export TORCH_CUDA_ARCH_LIST XKERNELS_CUDA=ON XKERNELS_SYCL=${XKERNELS_SYCL:-OFF}
 export CMAKE_BUILD_PARALLEL_LEVEL=${CMAKE_BUILD_PARALLEL_LEVEL:-$(nproc)}
 stamp "build: XKERNELS_CUDA=ON XKERNELS_SYCL=$XKERNELS_SYCL TORCH_CUDA_ARCH_LIST=$TORCH_CUDA_ARCH_LIST"
 if ! timeout "${GPU_CHECK_BUILD_S:-210}" $PY -m pip install --no-build-isolation --no-deps -v . >"$OUT/build.log" 2>&1; then
-  grep -E "^-- |error" "$OUT/build.log" | tail -40
+  grep -iE -A2 "^-- |error" "$OUT/build.log" | tail -40
   stamp "BUILD FAILED (see build.log)"
   exit 1
 fi
