@@ -122,67 +122,68 @@ def main() -> int:
     def out_of_time():
         return time.monotonic() - t_start > args.max_seconds
 
-    for dtype in dtypes:
-        for M, K, N in linear_cases(args.quick):
+    def bench_linear(dtype, M, K, N):
+        x = torch.randn(M, K, device=dev, dtype=dtype)
+        w = torch.randn(N, K, device=dev, dtype=dtype) / K**0.5
+        b = torch.randn(N, device=dev, dtype=dtype)
+        case = f"M{M} K{K} N{N}"
+        check(f"fused_linear_relu {case}", xkernels.fused_linear_relu(x, w, b),
+              torch.relu(F.linear(x.double(), w.double(), b.double())), dtype)
+        record("fused_linear_relu", case, dtype, "fwd", lambda: xkernels.fused_linear_relu(x, w, b),
+               lambda: torch.relu(F.linear(x, w, b)), 2 * M * N * K, "TFLOP/s")
+        xr, wr, br = (t.detach().clone().requires_grad_() for t in (x, w, b))
+        gy = torch.randn(M, N, device=dev, dtype=dtype)
+        record("fused_linear_relu", case, dtype, "fwd+bwd",
+               lambda: torch.autograd.grad(xkernels.fused_linear_relu(xr, wr, br), (xr, wr, br), gy),
+               lambda: torch.autograd.grad(torch.relu(F.linear(xr, wr, br)), (xr, wr, br), gy),
+               6 * M * N * K, "TFLOP/s")
+
+    def bench_layer_norm(dtype, M, N):
+        x = torch.randn(M, N, device=dev, dtype=dtype)
+        w = torch.randn(N, device=dev, dtype=dtype)
+        b = torch.randn(N, device=dev, dtype=dtype)
+        case = f"M{M} N{N}"
+        check(f"layer_norm {case}", xkernels.layer_norm(x, N, w, b),
+              F.layer_norm(x.double(), (N,), w.double(), b.double()), dtype)
+        nbytes = 2 * M * N * x.element_size()  # read x, write y
+        record("layer_norm", case, dtype, "fwd", lambda: xkernels.layer_norm(x, N, w, b),
+               lambda: F.layer_norm(x, (N,), w, b), nbytes, "GB/s")
+        xr, wr, br = (t.detach().clone().requires_grad_() for t in (x, w, b))
+        gy = torch.randn_like(x)
+        record("layer_norm", case, dtype, "fwd+bwd",
+               lambda: torch.autograd.grad(xkernels.layer_norm(xr, N, wr, br), (xr, wr, br), gy),
+               lambda: torch.autograd.grad(F.layer_norm(xr, (N,), wr, br), (xr, wr, br), gy), 5 * nbytes,
+               "GB/s")  # fwd: read x, write y; bwd: read dy, x, write dx (+ dw/db partial sums)
+
+    def bench_conv(dtype, Nb, C, H, W, O, k, s, g, cl):
+        fmt = torch.channels_last if cl else torch.contiguous_format
+        x = torch.randn(Nb, C, H, W, device=dev, dtype=dtype).contiguous(memory_format=fmt)
+        w = (torch.randn(O, C // g, k, k, device=dev, dtype=dtype) / (C // g * k * k) ** 0.5).contiguous(
+            memory_format=fmt)
+        b = torch.randn(O, device=dev, dtype=dtype)
+        kw = dict(stride=s, padding=k // 2, groups=g)
+        y = F.conv2d(x, w, b, **kw)
+        flops = 2 * Nb * O * y.shape[2] * y.shape[3] * (C // g) * k * k
+        case = f"N{Nb} C{C} {H}x{W} O{O} k{k} s{s} g{g}{' cl' if cl else ''}"
+        check(f"conv2d {case}", xkernels.conv2d(x, w, b, **kw), F.conv2d(x.double(), w.double(), b.double(), **kw),
+              dtype)
+        record("conv2d", case, dtype, "fwd", lambda: xkernels.conv2d(x, w, b, **kw), lambda: F.conv2d(x, w, b, **kw),
+               flops, "TFLOP/s")
+        xr, wr, br = (t.detach().clone().requires_grad_() for t in (x, w, b))
+        gy = torch.randn_like(y)
+        record("conv2d", case, dtype, "fwd+bwd",
+               lambda: torch.autograd.grad(xkernels.conv2d(xr, wr, br, **kw), (xr, wr, br), gy),
+               lambda: torch.autograd.grad(F.conv2d(xr, wr, br, **kw), (xr, wr, br), gy), 3 * flops, "TFLOP/s")
+
+    # Case-major, dtype inner: a --max-seconds cut still leaves every op and dtype measured.
+    jobs = [(bench_linear, c) for c in linear_cases(args.quick)]
+    jobs += [(bench_layer_norm, c) for c in ln_cases(args.quick)]
+    jobs += [(bench_conv, (*c, cl)) for c in conv_cases(args.quick) for cl in (False, True)]
+    for fn, case_args in jobs:
+        for dtype in dtypes:
             if out_of_time():
                 break
-            x = torch.randn(M, K, device=dev, dtype=dtype)
-            w = torch.randn(N, K, device=dev, dtype=dtype) / K**0.5
-            b = torch.randn(N, device=dev, dtype=dtype)
-            case = f"M{M} K{K} N{N}"
-            check(f"fused_linear_relu {case}", xkernels.fused_linear_relu(x, w, b),
-                  torch.relu(F.linear(x.double(), w.double(), b.double())), dtype)
-            record("fused_linear_relu", case, dtype, "fwd", lambda: xkernels.fused_linear_relu(x, w, b),
-                   lambda: torch.relu(F.linear(x, w, b)), 2 * M * N * K, "TFLOP/s")
-            xr, wr, br = (t.detach().clone().requires_grad_() for t in (x, w, b))
-            gy = torch.randn(M, N, device=dev, dtype=dtype)
-            record("fused_linear_relu", case, dtype, "fwd+bwd",
-                   lambda: torch.autograd.grad(xkernels.fused_linear_relu(xr, wr, br), (xr, wr, br), gy),
-                   lambda: torch.autograd.grad(torch.relu(F.linear(xr, wr, br)), (xr, wr, br), gy),
-                   6 * M * N * K, "TFLOP/s")
-        for Nb, C, H, W, O, k, s, g in conv_cases(args.quick):
-            if out_of_time():
-                break
-            for cl in (False, True):
-                fmt = torch.channels_last if cl else torch.contiguous_format
-                x = torch.randn(Nb, C, H, W, device=dev, dtype=dtype).contiguous(memory_format=fmt)
-                w = (torch.randn(O, C // g, k, k, device=dev, dtype=dtype) / (C // g * k * k) ** 0.5).contiguous(
-                    memory_format=fmt)
-                b = torch.randn(O, device=dev, dtype=dtype)
-                kw = dict(stride=s, padding=k // 2, groups=g)
-                y = F.conv2d(x, w, b, **kw)
-                flops = 2 * Nb * O * y.shape[2] * y.shape[3] * (C // g) * k * k
-                case = f"N{Nb} C{C} {H}x{W} O{O} k{k} s{s} g{g}{' cl' if cl else ''}"
-                check(f"conv2d {case}", xkernels.conv2d(x, w, b, **kw),
-                      F.conv2d(x.double(), w.double(), b.double(), **kw), dtype)
-                record("conv2d", case, dtype, "fwd", lambda: xkernels.conv2d(x, w, b, **kw),
-                       lambda: F.conv2d(x, w, b, **kw), flops, "TFLOP/s")
-                xr, wr, br = (t.detach().clone().requires_grad_() for t in (x, w, b))
-                gy = torch.randn_like(y)
-                record("conv2d", case, dtype, "fwd+bwd",
-                       lambda: torch.autograd.grad(xkernels.conv2d(xr, wr, br, **kw), (xr, wr, br), gy),
-                       lambda: torch.autograd.grad(F.conv2d(xr, wr, br, **kw), (xr, wr, br), gy), 3 * flops,
-                       "TFLOP/s")
-                if out_of_time():
-                    break
-        for M, N in ln_cases(args.quick):
-            if out_of_time():
-                break
-            x = torch.randn(M, N, device=dev, dtype=dtype)
-            w = torch.randn(N, device=dev, dtype=dtype)
-            b = torch.randn(N, device=dev, dtype=dtype)
-            case = f"M{M} N{N}"
-            check(f"layer_norm {case}", xkernels.layer_norm(x, N, w, b),
-                  F.layer_norm(x.double(), (N,), w.double(), b.double()), dtype)
-            nbytes = 2 * M * N * x.element_size()  # read x, write y
-            record("layer_norm", case, dtype, "fwd", lambda: xkernels.layer_norm(x, N, w, b),
-                   lambda: F.layer_norm(x, (N,), w, b), nbytes, "GB/s")
-            xr, wr, br = (t.detach().clone().requires_grad_() for t in (x, w, b))
-            gy = torch.randn_like(x)
-            record("layer_norm", case, dtype, "fwd+bwd",
-                   lambda: torch.autograd.grad(xkernels.layer_norm(xr, N, wr, br), (xr, wr, br), gy),
-                   lambda: torch.autograd.grad(F.layer_norm(xr, (N,), wr, br), (xr, wr, br), gy), 5 * nbytes,
-                   "GB/s")
+            fn(dtype, *case_args)
     if not rows:
         print("bench_cuda: no case ran")
         return 1

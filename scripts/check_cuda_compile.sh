@@ -7,8 +7,9 @@
 #   2. floating-point policy on the generated PTX: no approximate division / sqrt / reciprocal and no
 #      flush-to-zero instructions anywhere;
 #   3. kernels on the CPU: csrc/cuda/compile_check/kernels_cpu_test.cpp, built with the host C++ compiler
-#      and run: the implicit-GEMM index mappings, and the SIMT kernels themselves (GEMM with split-K,
-#      column sums, layer_norm) executed by a CPU simulator of blocks/barriers/warp shuffles (cpu_sim.h);
+#      and run: the implicit-GEMM index mappings, and the kernels themselves (SIMT GEMM with split-K,
+#      column sums, layer_norm; the WMMA GEMM against a functional model of nvcuda::wmma) executed by
+#      a CPU simulator of blocks / barriers / warp shuffles (compile_check/cpu_sim.h);
 #   4. host wrappers: every csrc/cuda/*.cu against the installed torch's headers (host and device code;
 #      for the last architecture only, since step 1 already compiles the same kernel instantiations for
 #      every architecture), and csrc/cuda/*.cpp (registration) with the host C++ compiler. A CPU-only torch wheel ships ATen/cuda and c10/cuda headers but not the

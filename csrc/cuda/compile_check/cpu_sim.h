@@ -2,13 +2,19 @@
 // the kernel headers are compiled by the host C++ compiler, each block runs as real threads,
 // __syncthreads() is a block barrier, __shfl_xor_sync a per-warp exchange, __shared__ arrays
 // are function statics (blocks run one after another). It executes the actual kernel code
-// (tiling, bounds, split-K, reductions); it cannot run the WMMA kernel (tensor cores) and
-// says nothing about timing or memory-model subtleties beyond barrier ordering.
-// Include this before any kernel header.
+// (tiling, bounds, split-K, reductions). The WMMA kernel runs against a functional model of
+// nvcuda::wmma below (every lane holds the whole 16x16 fragment; products accumulate in float),
+// which checks its tile addressing, fragment offsets and leading dimensions, not the tensor
+// cores' own rounding. Nothing here says anything about timing or memory-model subtleties
+// beyond barrier ordering. Include this before any kernel header.
 #pragma once
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include <cuda_runtime.h>  // dim3 / uint3 and CUDA's host-side macro definitions
 
 #include <barrier>
+#include <cstdint>
+#include <type_traits>
 #include <cstdlib>
 #include <cstring>
 #include <memory>
@@ -21,6 +27,7 @@
 #define __shared__ static
 #undef __launch_bounds__
 #define __launch_bounds__(...)
+#define XKERNELS_CUDA_CPU_SIM 1  // lets kernels/gemm.cuh compile its WMMA kernel body against the model below
 
 namespace xk_sim {
 struct Block {
@@ -79,3 +86,47 @@ template <typename T> T __shfl_xor_sync(unsigned, T v, int offset) {
   bar.arrive_and_wait();
   return r;
 }
+
+// Functional model of the nvcuda::wmma subset kernels/gemm.cuh uses (16x16x16, row-major).
+namespace nvcuda::wmma {
+struct matrix_a {};
+struct matrix_b {};
+struct accumulator {};
+struct row_major {};
+enum layout_t { mem_row_major, mem_col_major };
+template <class Use, int M, int N, int K, class T, class Layout = void> struct fragment {
+  static_assert(M == 16 && N == 16 && K == 16, "model covers 16x16x16 only");
+  T x[16 * 16];
+};
+inline float to_float(float v) { return v; }
+inline float to_float(__half v) { return __half2float(v); }
+inline float to_float(__nv_bfloat16 v) { return __bfloat162float(v); }
+template <class Use, class T, class L, class V> void fill_fragment(fragment<Use, 16, 16, 16, T, L>& f, V v) {
+  for (auto& e : f.x) e = static_cast<T>(v);
+}
+template <class Use, class T, class L>
+void load_matrix_sync(fragment<Use, 16, 16, 16, T, L>& f, const T* p, unsigned ldm) {
+  static_assert(std::is_same_v<L, row_major>, "model covers row-major operands only");
+  if (reinterpret_cast<uintptr_t>(p) % 32 != 0 || (ldm * sizeof(T)) % 16 != 0) std::abort();  // wmma's rules
+  for (int i = 0; i < 16; ++i)
+    for (int j = 0; j < 16; ++j) f.x[i * 16 + j] = p[i * ldm + j];
+}
+template <class T, class LA, class LB>
+void mma_sync(fragment<accumulator, 16, 16, 16, float>& d, const fragment<matrix_a, 16, 16, 16, T, LA>& a,
+              const fragment<matrix_b, 16, 16, 16, T, LB>& b, const fragment<accumulator, 16, 16, 16, float>& c) {
+  fragment<accumulator, 16, 16, 16, float> r;
+  for (int i = 0; i < 16; ++i)
+    for (int j = 0; j < 16; ++j) {
+      float acc = c.x[i * 16 + j];
+      for (int k = 0; k < 16; ++k) acc += to_float(a.x[i * 16 + k]) * to_float(b.x[k * 16 + j]);
+      r.x[i * 16 + j] = acc;
+    }
+  d = r;
+}
+inline void store_matrix_sync(float* p, const fragment<accumulator, 16, 16, 16, float>& f, unsigned ldm, layout_t) {
+  if (reinterpret_cast<uintptr_t>(p) % 32 != 0 || (ldm * sizeof(float)) % 16 != 0) std::abort();
+  if (xk_sim::linear_tid % 32 != 0) return;  // one lane writes; the kernel syncs before reading
+  for (int i = 0; i < 16; ++i)
+    for (int j = 0; j < 16; ++j) p[i * ldm + j] = f.x[i * 16 + j];
+}
+}  // namespace nvcuda::wmma

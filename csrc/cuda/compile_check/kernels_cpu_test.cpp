@@ -5,9 +5,11 @@
 //   1. the implicit-GEMM index mappings: loaders/epilogues driven by a plain sequential GEMM;
 //   2. the SIMT kernels themselves (GEMM core with split-K and the grid-y loop, column sums,
 //      layer_norm forward/backward in warp- and block-per-row modes) executed by the CPU
-//      simulator of cpu_sim.h, with the launch geometry of launch.cuh mirrored below.
+//      simulator of cpu_sim.h, with the launch geometry of launch.cuh mirrored below;
+//   3. the WMMA GEMM kernel against the simulator's functional model of nvcuda::wmma
+//      (addressing and tiling; the tensor cores' own arithmetic needs a GPU).
 // Small-integer data keeps every sum exact, so results must match bit for bit (layer_norm:
-// tight tolerances). Not covered: the WMMA (tensor core) kernel, which only a GPU can run.
+// tight tolerances).
 #include "compile_check/cpu_sim.h"  // before the kernel headers
 
 #include <algorithm>
@@ -130,6 +132,30 @@ struct Simulated {
     if (n_chunks > 1)
       xk_sim::launch(dim3(2), dim3(32), k::column_sum_final_kernel<Acc, E>, static_cast<const Acc*>(pp), n_chunks, C,
                      e);
+  }
+};
+
+// The WMMA kernel (half / bfloat16) on the simulator's functional wmma model, geometry as in
+// run_gemm's tensor-core path.
+struct SimulatedWmma : Simulated {
+  const char* name() const { return "simulated-wmma"; }
+  template <typename T, class A, class B, class E>
+  void gemm(int64_t G, int64_t M, int64_t N, int64_t K, const A& a, const B& b, const E& e) const {
+    using Tile = k::WmmaGemmTile;
+    k::GemmShape s{G, M, N, K, k::ceil_div(N, Tile::BN), 1, k::ceil_div(K, Tile::BK) * Tile::BK};
+    if (splits > 1) {
+      s.k_per_split = k::ceil_div(k::ceil_div(K, splits), Tile::BK) * Tile::BK;
+      s.splits = k::ceil_div(K, s.k_per_split);
+    }
+    std::vector<float> ws(s.splits > 1 ? s.splits * G * M * N : 0, -12345.0f);
+    float* wp = s.splits > 1 ? ws.data() : nullptr;
+    const int64_t tiles = k::ceil_div(M, Tile::BM) * s.tiles_n;
+    const dim3 grid(static_cast<unsigned>(tiles),
+                    static_cast<unsigned>(std::min<int64_t>(G * s.splits, grid_y_cap)));
+    xk_sim::launch(grid, dim3(Tile::kThreads), k::gemm_wmma_kernel<T, A, B, E>, a, b, e, s, wp);
+    if (s.splits > 1)
+      xk_sim::launch(dim3(3), dim3(64), k::gemm_splitk_reduce_kernel<float, E>, static_cast<const float*>(wp),
+                     s.splits, G, M, N, e);
   }
 };
 
@@ -368,6 +394,18 @@ int main() {
   }
   check_conv<__half, true>(rng, 0, split, 10);
   check_conv<__nv_bfloat16, false>(rng, 0, looped, 10);
+  // 3. the WMMA kernel (functional fragment model): tiles, K steps of 32, split-K, grid-y loop.
+  const SimulatedWmma wplain{{1, 65535, 1}}, wsplit{{3, 65535, 3}}, wlooped{{2, 2, 2}};
+  for (int t = 0; t < 3; ++t) {
+    const SimulatedWmma& run = t == 0 ? wplain : t == 1 ? wsplit : wlooped;
+    check_linear<__half>(rng, t, run, 80);
+    check_linear<__nv_bfloat16>(rng, t, run, 40);
+    if (t % 2 == 0)
+      check_conv<__half, false>(rng, t, run, 12);
+    else
+      check_conv<__half, true>(rng, t, run, 12);
+    check_conv<__nv_bfloat16, true>(rng, t, run, 10);
+  }
   check_layer_norm<float>(rng, 7, 50, plain);     // warp per row, ragged last block
   check_layer_norm<double>(rng, 9, 1024, split);  // longest warp row
   check_layer_norm<float>(rng, 5, 1500, split);   // block per row, rows loop
@@ -377,7 +415,7 @@ int main() {
     std::printf("kernels_cpu_test: %d of %d checks failed\n", g_failures, g_checks);
     return 1;
   }
-  std::printf("kernels_cpu_test: OK (%d checks: index mappings, simulated SIMT GEMM/split-K/column sums/layer_norm)\n",
+  std::printf("kernels_cpu_test: OK (%d checks: index mappings, simulated SIMT and WMMA GEMM/split-K, column sums, layer_norm)\n",
               g_checks);
   return 0;
 }

@@ -127,7 +127,7 @@ __global__ void __launch_bounds__(SimtGemmTile::kThreads)
 template <typename T, class LoadA, class LoadB, class Epi>
 __global__ void __launch_bounds__(WmmaGemmTile::kThreads)
     gemm_wmma_kernel(LoadA load_a, LoadB load_b, Epi epi, GemmShape s, float* splitk_ws) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+#if (defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800) || defined(XKERNELS_CUDA_CPU_SIM)  // sim: compile_check/cpu_sim.h
   namespace wmma = nvcuda::wmma;
   using Tile = WmmaGemmTile;
   constexpr int BM = Tile::BM, BN = Tile::BN, BK = Tile::BK;
