@@ -337,7 +337,9 @@ def test_check_model_finds_a_backward_only_divergence():
 def test_check_model_leaves_the_model_untouched():
     model, x = _tiny()
     before = {k: v.clone() for k, v in model.state_dict().items()}
+    rng = torch.get_rng_state()
     parity.check_model(model, x, backends=["reference"])
+    assert torch.equal(torch.get_rng_state(), rng)  # the caller's random stream is not consumed
     assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())
     assert all(p.grad is None for p in model.parameters())
     assert all(not m._forward_hooks for m in model.modules())

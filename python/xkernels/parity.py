@@ -403,7 +403,8 @@ def _run_op(op: str, call_args: dict, diff_names: list[str], grads: bool, gout: 
         return out.detach(), {}
     g = gout if gout is not None else _grad_output_for(out, 0)
     gs = torch.autograd.grad(out, leaves, g, allow_unused=True)
-    return out.detach(), {f"grad_{n}": (gr if gr is not None else torch.zeros_like(args[n])) for n, gr in zip(diff_names, gs)}
+    return out.detach(), {f"grad_{n}": (gr if gr is not None else torch.zeros_like(args[n]))
+                          for n, gr in zip(diff_names, gs)}
 
 
 def check_op(op: str, *args, backends: Iterable[BackendSpec] | None = None, grads: bool = True,
@@ -713,7 +714,9 @@ def _trace(model: nn.Module, inputs, backward: bool, seed: int, ctx) -> _Trace:
     for _n, m in model.named_modules():
         handles.append(m.register_forward_hook(hook))
     try:
-        with dispatch_record() as rec, ctx():
+        # The same random numbers for every run (e.g. for random ops inside forward), without
+        # disturbing the caller's generator.
+        with dispatch_record() as rec, ctx(), torch.random.fork_rng(devices=[]):
             torch.manual_seed(seed)
             if isinstance(inputs, dict):
                 out = model(**inputs)
