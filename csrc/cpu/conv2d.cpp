@@ -13,6 +13,8 @@
 #include <torch/library.h>
 
 #include <algorithm>
+#include <utility>
+#include <vector>
 
 #include "xkernels/dispatch.h"
 #include "xkernels/entry.h"
@@ -36,6 +38,30 @@ struct Strides4 {
   explicit Strides4(const at::Tensor& t) : n(t.stride(0)), c(t.stride(1)), h(t.stride(2)), w(t.stride(3)) {}
   int64_t operator()(int64_t i0, int64_t i1, int64_t i2, int64_t i3) const { return i0 * n + i1 * c + i2 * h + i3 * w; }
 };
+
+// The indices i in [0, count) for which a*i + b lies in [0, size), as the range [lo, hi) (a > 0).
+// E.g. the kernel taps kh of output row oh that read a real (not padding) input row:
+// index_range(dilation, oh*stride - pad, KH, H). Hoisting these bounds out of the inner
+// loops keeps them free of per-tap range checks without changing the summation order.
+struct IndexRange {
+  int64_t lo, hi;
+};
+IndexRange index_range(int64_t a, int64_t b, int64_t count, int64_t size) {
+  const int64_t lo = b >= 0 ? 0 : (-b + a - 1) / a;
+  const int64_t hi = b > size - 1 ? 0 : std::min(count, (size - 1 - b) / a + 1);
+  return {lo, std::max(lo, hi)};
+}
+
+// (kernel tap, output position) pairs through which input position `in_pos` contributes:
+// in_pos = out*stride - pad + tap*dilation with 0 <= out < out_size.
+void taps_reaching(int64_t in_pos, int64_t stride, int64_t pad, int64_t dil, int64_t K, int64_t out_size,
+                   std::vector<std::pair<int64_t, int64_t>>& taps) {
+  taps.clear();
+  for (int64_t k = 0; k < K; ++k) {
+    const int64_t t = in_pos + pad - k * dil;  // = out * stride
+    if (t >= 0 && t % stride == 0 && t / stride < out_size) taps.emplace_back(k, t / stride);
+  }
+}
 
 }  // namespace
 
@@ -63,17 +89,17 @@ at::Tensor conv2d(const at::Tensor& input, const at::Tensor& weight, const at::T
     at::parallel_for(0, p.N * OH, grain_for(OW * O * Cg * KH * KW), [&](int64_t begin, int64_t end) {
       for (int64_t row = begin; row < end; ++row) {
         const int64_t n = row / OH, oh = row % OH;
+        const IndexRange kh_in = index_range(dh, oh * sh - ph, KH, H);
         for (int64_t ow = 0; ow < OW; ++ow) {
+          const IndexRange kw_in = index_range(dw, ow * sw - pw, KW, W);
           for (int64_t o = 0; o < O; ++o) {
             const int64_t c0 = (o / Og) * Cg;  // first input channel of o's group
             acc sum = 0;
             for (int64_t c = 0; c < Cg; ++c) {
-              for (int64_t kh = 0; kh < KH; ++kh) {
+              for (int64_t kh = kh_in.lo; kh < kh_in.hi; ++kh) {
                 const int64_t ih = oh * sh - ph + kh * dh;
-                if (ih < 0 || ih >= H) continue;
-                for (int64_t kw = 0; kw < KW; ++kw) {
+                for (int64_t kw = kw_in.lo; kw < kw_in.hi; ++kw) {
                   const int64_t iw = ow * sw - pw + kw * dw;
-                  if (iw < 0 || iw >= W) continue;
                   sum += static_cast<acc>(X[xs(n, c0 + c, ih, iw)]) * static_cast<acc>(Wt[ws(o, c, kh, kw)]);
                 }
               }
@@ -122,21 +148,18 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> conv2d_backward(const at::Tensor&
       const Strides4 gs(gi);
       // One task item = one grad_input row (n, ih).
       at::parallel_for(0, N * H, grain_for(W * C * Og * KH * KW), [&](int64_t begin, int64_t end) {
+        std::vector<std::pair<int64_t, int64_t>> h_taps, w_taps;  // (kh, oh) and (kw, ow)
         for (int64_t row = begin; row < end; ++row) {
           const int64_t n = row / H, ih = row % H;
+          taps_reaching(ih, sh, ph, dh, KH, OH, h_taps);
           for (int64_t iw = 0; iw < W; ++iw) {
+            taps_reaching(iw, sw, pw, dw, KW, OW, w_taps);
             for (int64_t ci = 0; ci < C; ++ci) {
               const int64_t o0 = (ci / Cg) * Og, c = ci % Cg;  // ci's group: outputs o0 .. o0+Og-1
               acc sum = 0;
               for (int64_t o = o0; o < o0 + Og; ++o) {
-                for (int64_t kh = 0; kh < KH; ++kh) {
-                  const int64_t th = ih + ph - kh * dh;  // = oh * sh when (kh) hits row ih from output row oh
-                  if (th < 0 || th % sh != 0 || th / sh >= OH) continue;
-                  const int64_t oh = th / sh;
-                  for (int64_t kw = 0; kw < KW; ++kw) {
-                    const int64_t tw = iw + pw - kw * dw;
-                    if (tw < 0 || tw % sw != 0 || tw / sw >= OW) continue;
-                    const int64_t ow = tw / sw;
+                for (const auto& [kh, oh] : h_taps) {
+                  for (const auto& [kw, ow] : w_taps) {
                     sum += static_cast<acc>(DY[ys(n, o, oh, ow)]) * static_cast<acc>(Wt[ws(o, c, kh, kw)]);
                   }
                 }
@@ -157,15 +180,15 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> conv2d_backward(const at::Tensor&
           const int64_t o = item / Cg, c = item % Cg;
           const int64_t ci = (o / Og) * Cg + c;
           for (int64_t kh = 0; kh < KH; ++kh) {
+            const IndexRange oh_in = index_range(sh, kh * dh - ph, OH, H);  // output rows whose tap kh is real input
             for (int64_t kw = 0; kw < KW; ++kw) {
+              const IndexRange ow_in = index_range(sw, kw * dw - pw, OW, W);
               acc sum = 0;
               for (int64_t n = 0; n < N; ++n) {
-                for (int64_t oh = 0; oh < OH; ++oh) {
+                for (int64_t oh = oh_in.lo; oh < oh_in.hi; ++oh) {
                   const int64_t ih = oh * sh - ph + kh * dh;
-                  if (ih < 0 || ih >= H) continue;
-                  for (int64_t ow = 0; ow < OW; ++ow) {
+                  for (int64_t ow = ow_in.lo; ow < ow_in.hi; ++ow) {
                     const int64_t iw = ow * sw - pw + kw * dw;
-                    if (iw < 0 || iw >= W) continue;
                     sum += static_cast<acc>(DY[ys(n, o, oh, ow)]) * static_cast<acc>(X[xs(n, ci, ih, iw)]);
                   }
                 }

@@ -41,16 +41,33 @@ at::Tensor fused_linear_relu(const at::Tensor& input, const at::Tensor& weight, 
     const scalar_t* W = w.const_data_ptr<scalar_t>();
     const scalar_t* B = b.defined() ? b.const_data_ptr<scalar_t>() : nullptr;
     scalar_t* Y = out.mutable_data_ptr<scalar_t>();
+    // Adds the bias, applies relu and stores out[i, j]. The relu keeps NaN (as torch.relu):
+    // only negative values become 0.
+    auto store = [&](int64_t i, int64_t j, acc sum) {
+      if (B) sum += static_cast<acc>(B[j]);
+      Y[i * N + j] = static_cast<scalar_t>(sum < acc(0) ? acc(0) : sum);
+    };
     at::parallel_for(0, M, grain_for(N * K), [&](int64_t begin, int64_t end) {
       for (int64_t i = begin; i < end; ++i) {
         const scalar_t* xr = X + i * K;
-        for (int64_t j = 0; j < N; ++j) {
+        int64_t j = 0;
+        // kCols weight rows per pass over the input row: independent sums (each still summed
+        // in k order, so the result is that of one dot product at a time) keep several
+        // additions in flight, and each input element is loaded once per kCols outputs.
+        constexpr int64_t kCols = 4;
+        for (; j + kCols <= N; j += kCols) {
+          acc sum[kCols] = {};
+          for (int64_t k = 0; k < K; ++k) {
+            const acc xk = static_cast<acc>(xr[k]);
+            for (int64_t c = 0; c < kCols; ++c) sum[c] += xk * static_cast<acc>(W[(j + c) * K + k]);
+          }
+          for (int64_t c = 0; c < kCols; ++c) store(i, j + c, sum[c]);
+        }
+        for (; j < N; ++j) {  // the remaining rows, one dot product each
           const scalar_t* wr = W + j * K;
           acc sum = 0;
           for (int64_t k = 0; k < K; ++k) sum += static_cast<acc>(xr[k]) * static_cast<acc>(wr[k]);
-          if (B) sum += static_cast<acc>(B[j]);
-          // relu that keeps NaN (as torch.relu): only negative values become 0.
-          Y[i * N + j] = static_cast<scalar_t>(sum < acc(0) ? acc(0) : sum);
+          store(i, j, sum);
         }
       }
     });
