@@ -472,9 +472,10 @@ def _positive_float(s: str) -> float:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m xkernels", description=__doc__.split("\n\n")[0],
+    paragraphs = __doc__.strip().split("\n\n")
+    p = argparse.ArgumentParser(prog="python -m xkernels", description="\n\n".join(paragraphs[:2]),
                                 formatter_class=argparse.RawDescriptionHelpFormatter,
-                                epilog="Run without a command for 'check'.")
+                                epilog=paragraphs[2] + " Without a command, 'check' runs.")
     sub = p.add_subparsers(dest="command")
 
     def add_check_args(c):
