@@ -52,7 +52,7 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     model, x = make(getattr(torch, args.dtype))
     model = xkernels.optimize(model)
-    rep = xkernels.parity.check_model(model, x, name=f"SmallNet ({args.dtype})")
+    rep = xkernels.parity.check_model(model, x, name="SmallNet")
     rep.print(details=args.details)
     return 0 if rep.passed else 1
 

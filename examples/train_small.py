@@ -91,8 +91,8 @@ def main(argv=None) -> int:
     fig, (ax, ax2) = plt.subplots(1, 2, figsize=(11, 4), dpi=110, gridspec_kw={"width_ratios": [3, 2]})
     styles = ["-", "--", ":", "-."]
     for i, (label, c) in enumerate(curves.items()):
-        ax.plot(range(1, len(c) + 1), c, styles[i % len(styles)], label=f"{label} (final {c[-1]:.3f})",
-                linewidth=2 if i == 0 else 1.5)
+        ax.plot(range(1, len(c) + 1), c, styles[i % len(styles)], color=f"C{i}",
+                label=f"{label} (final {c[-1]:.3f})", linewidth=2 if i == 0 else 1.5)
     ax.set_xlabel("step")
     ax.set_ylabel("cross-entropy loss")
     ax.set_title(f"SmallNet on synthetic data, {device}, float32")
@@ -103,7 +103,7 @@ def main(argv=None) -> int:
         if label == "torch":
             continue
         diff = [max(abs(a - b), 1e-10) for a, b in zip(c, base)]
-        ax2.semilogy(range(1, len(c) + 1), diff, styles[i % len(styles)], label=label)
+        ax2.semilogy(range(1, len(c) + 1), diff, styles[i % len(styles)], color=f"C{i}", label=label)
     ax2.set_xlabel("step")
     ax2.set_ylabel("|loss - torch loss| (floored at 1e-10)")
     ax2.set_title("difference from the torch run")
@@ -120,7 +120,7 @@ def main(argv=None) -> int:
         print("no xkernels backend available: skipping the model-parity run")
         return 0
     model = trained[label].eval()
-    rep = xkernels.parity.check_model(model, x[:16], name=f"trained SmallNet ({label})")
+    rep = xkernels.parity.check_model(model, x[:16], name=f"SmallNet after training with {label}")
     rep.print(details="failing")
     return 0 if rep.passed else 1
 

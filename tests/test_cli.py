@@ -37,6 +37,8 @@ def test_check_passes_and_prints_environment_backends_and_table(tmp_path):
     for op in ("fused_linear_relu", "conv2d", "layer_norm"):
         assert op in out
     assert "OK:" in out and "within the error budget" in out
+    assert "dispatch record: under reference: " in out and "op calls ran on reference" in out
+    assert "fallbacks: none" in out
     assert "\x1b[" not in out  # no terminal escape codes in logs
     assert "[1/" not in out or "done in" in out  # plain progress lines, not a bar
     doc = json.loads(out_json.read_text())

@@ -261,23 +261,36 @@ def test_optimize_only_exact_classes_and_consecutive_pairs():
     assert report == [] and out is seq
 
 
+def _sgd_steps(model, x, target, steps):
+    sgd = torch.optim.SGD(model.parameters(), lr=0.1)
+    losses = []
+    for _ in range(steps):
+        sgd.zero_grad()
+        loss = nn.functional.mse_loss(model(x), target)
+        loss.backward()
+        sgd.step()
+        losses.append(loss.item())
+    return losses
+
+
 def test_optimized_model_trains_like_the_original():
     model, x = _net()
     target = torch.randn(4, 5, generator=torch.Generator().manual_seed(2))
     twin = copy.deepcopy(model)  # trained with plain torch
     opt = xkernels.optimize(model)
-    for m in (opt, twin):
-        sgd = torch.optim.SGD(m.parameters(), lr=0.1)
-        for _ in range(3):
-            sgd.zero_grad()
-            loss = nn.functional.mse_loss(m(x), target)
-            loss.backward()
-            sgd.step()
-    # Training the optimized model updated the original's parameters (shared objects) ...
+    # One step: the same update as torch's, applied to the original's (shared) parameters.
+    _sgd_steps(opt, x, target, 1)
+    _sgd_steps(twin, x, target, 1)
     assert all(p is q for p, q in zip(opt.parameters(), model.parameters()))
-    # ... and the same way torch training does.
     for (n, p), q in zip(model.named_parameters(), twin.parameters()):
-        torch.testing.assert_close(p, q, rtol=1e-4, atol=1e-5, msg=lambda m, n=n: f"{n}: {m}")
+        torch.testing.assert_close(p, q, rtol=1e-5, atol=1e-6, msg=lambda m, n=n: f"{n}: {m}")
+    # More steps: it trains. Trajectories are not compared step by step: a pre-activation that
+    # lands within rounding distance of 0 flips a ReLU in one run and not in another (float32
+    # torch vs float64 vs a backend), after which two correct runs legitimately drift apart.
+    losses = _sgd_steps(opt, x, target, 15)
+    twin_losses = _sgd_steps(twin, x, target, 15)
+    assert losses[-1] < 0.95 * losses[0]
+    assert losses[-1] == pytest.approx(twin_losses[-1], rel=0.02)
 
 
 @pytest.mark.parametrize("backend", ["aot_eager", "inductor"])

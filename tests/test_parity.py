@@ -184,6 +184,20 @@ def test_check_op_relu_backward_uses_the_backends_own_mask():
     assert "relu mask differs from float64 at 1 element(s)" in grads[0].note
 
 
+def test_a_run_that_ran_elsewhere_does_not_pass_as_the_requested_backend():
+    # Claims to be "sycl" but selects the reference backend: the dispatch record gives it away.
+    impostor = ("sycl", lambda: xkernels.use_backend("reference"))
+    args, kw = _op_args("layer_norm", torch.float32)
+    rep = parity.check_op("layer_norm", *args, backends=[impostor])
+    res = rep.results[0]
+    assert all(t.passed for t in res.tensors) and not res.dispatch_ok and not rep.passed
+    assert "ran elsewhere: layer_norm->reference" in res.note
+    assert "ran elsewhere" in _render(parity.summary_table([rep]))
+    model, x = _tiny()
+    mrep = parity.check_model(model, x, backends=[impostor], include_torch=False)
+    assert not mrep.passed and "ran elsewhere" in _render(mrep.summary_table())
+
+
 def test_check_op_budget_factor_zero_demands_exact():
     args, kw = _op_args("fused_linear_relu", torch.float16)
     assert not parity.check_op("fused_linear_relu", *args, backends=["reference"], budget_factor=0).passed
@@ -323,7 +337,9 @@ def test_check_model_finds_a_backward_only_divergence():
 def test_check_model_leaves_the_model_untouched():
     model, x = _tiny()
     before = {k: v.clone() for k, v in model.state_dict().items()}
+    rng = torch.get_rng_state()
     parity.check_model(model, x, backends=["reference"])
+    assert torch.equal(torch.get_rng_state(), rng)  # the caller's random stream is not consumed
     assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())
     assert all(p.grad is None for p in model.parameters())
     assert all(not m._forward_hooks for m in model.modules())

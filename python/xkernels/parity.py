@@ -53,9 +53,9 @@ from . import ops as _ops
 from . import reference
 
 __all__ = [
-    "Budget", "BUDGETS", "budget_for", "tensor_error", "TensorError", "BackendResult", "OpReport",
-    "check_op", "ModuleEntry", "ModelBackendResult", "ModelReport", "check_model", "backends_for_device",
-    "print_reports",
+    "Budget", "BUDGETS", "budget_for", "tensor_error", "TensorError", "BackendResult", "OpReport", "check_op",
+    "ModuleEntry", "ModelBackendResult", "ModelReport", "check_model", "backends_for_device", "ran_elsewhere",
+    "summary_table", "dispatch_table", "print_reports", "make_console",
 ]
 
 # ----------------------------------------------------------------------------------- budget
@@ -248,12 +248,21 @@ def _events(rec: DispatchRecord) -> list[dict]:
             for op, b, dev, why, n in rec.events]
 
 
+def ran_elsewhere(requested: str, events: list[dict]) -> list[str]:
+    """'op->backend' for every op that ran on another backend than the one requested (a real
+    backend name; custom and 'torch' runs request none). A run that did not run where it was
+    asked to cannot pass as that backend."""
+    if requested not in BACKEND_NAMES:
+        return []
+    return sorted({f"{e['op']}->{e['backend']}" for e in events if e["backend"] != requested})
+
+
 def _dispatch_note(requested: str, events: list[dict]) -> str:
-    """Says when an op ran somewhere other than on the requested backend."""
-    other = sorted({f"{e['op']}->{e['backend']}" for e in events if e["backend"] != requested})
+    """Says when an op ran somewhere other than on the requested backend, and every fallback."""
+    other = ran_elsewhere(requested, events)
     fb = sorted({f"{e['op']}: {e['fallback_reason']}" for e in events if e["fallback_reason"]})
     parts = []
-    if requested in BACKEND_NAMES and other:
+    if other:
         parts.append("ran elsewhere: " + ", ".join(other))
     if fb:
         parts.append("fallbacks: " + "; ".join(fb))
@@ -274,8 +283,12 @@ class BackendResult:
     note: str = ""
 
     @property
+    def dispatch_ok(self) -> bool:
+        return not ran_elsewhere(self.backend, self.dispatch)
+
+    @property
     def passed(self) -> bool:
-        return self.error is None and all(t.passed for t in self.tensors)
+        return self.error is None and self.dispatch_ok and all(t.passed for t in self.tensors)
 
     def worst(self) -> TensorError | None:
         return max(self.tensors, key=lambda t: t.budget_used, default=None)
@@ -390,7 +403,8 @@ def _run_op(op: str, call_args: dict, diff_names: list[str], grads: bool, gout: 
         return out.detach(), {}
     g = gout if gout is not None else _grad_output_for(out, 0)
     gs = torch.autograd.grad(out, leaves, g, allow_unused=True)
-    return out.detach(), {f"grad_{n}": (gr if gr is not None else torch.zeros_like(args[n])) for n, gr in zip(diff_names, gs)}
+    return out.detach(), {f"grad_{n}": (gr if gr is not None else torch.zeros_like(args[n]))
+                          for n, gr in zip(diff_names, gs)}
 
 
 def check_op(op: str, *args, backends: Iterable[BackendSpec] | None = None, grads: bool = True,
@@ -538,8 +552,12 @@ class ModelBackendResult:
         return self._first(("grad_output", "param_grad"))
 
     @property
+    def dispatch_ok(self) -> bool:
+        return not ran_elsewhere(self.backend, self.dispatch)
+
+    @property
     def passed(self) -> bool:
-        return self.error is None and all(e.error.passed for e in self.entries)
+        return self.error is None and self.dispatch_ok and all(e.error.passed for e in self.entries)
 
     def as_dict(self) -> dict:
         f, b = self.first_forward_divergence, self.first_backward_divergence
@@ -582,7 +600,8 @@ class ModelReport:
             t.add_row(r.backend, _verdict(r.passed) if r.backend != "torch" else "[dim]baseline[/]",
                       f"{f.label} {f.tensor}: {_fmt(f.error.max_abs)} > {_fmt(f.error.budget)}" if f else "none",
                       f"{b.label} {b.kind} {b.tensor}: {_fmt(b.error.max_abs)} > {_fmt(b.error.budget)}" if b
-                      else "none", _dispatch_summary(r.dispatch))
+                      else "none", _dispatch_summary(r.dispatch) +
+                      ("" if r.dispatch_ok else f" [red]{_dispatch_note(r.backend, r.dispatch)}[/]"))
         return t
 
     def detail_table(self, backend: str, kinds=("output", "grad_output", "param_grad")):
@@ -695,7 +714,9 @@ def _trace(model: nn.Module, inputs, backward: bool, seed: int, ctx) -> _Trace:
     for _n, m in model.named_modules():
         handles.append(m.register_forward_hook(hook))
     try:
-        with dispatch_record() as rec, ctx():
+        # The same random numbers for every run (e.g. for random ops inside forward), without
+        # disturbing the caller's generator.
+        with dispatch_record() as rec, ctx(), torch.random.fork_rng(devices=[]):
             torch.manual_seed(seed)
             if isinstance(inputs, dict):
                 out = model(**inputs)
@@ -857,7 +878,7 @@ def summary_table(reports: Sequence[OpReport], title: str = "op parity vs float6
             fwd = next((e for e in r.tensors if e.name == "output"), None)
             bwd = max((e for e in r.tensors if e.name != "output"), key=lambda e: e.budget_used, default=None)
             worst = r.worst()
-            fails = [e.name for e in r.tensors if not e.passed]
+            fails = [e.name for e in r.tensors if not e.passed] + ([] if r.dispatch_ok else ["ran elsewhere"])
             used = worst.budget_used if worst else 0.0
             t.add_row(case, rep.dtype, r.backend,
                       _fmt(fwd.max_abs) if fwd else "", _fmt_ratio(fwd.ratio_to_torch) if fwd else "",
