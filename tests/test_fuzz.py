@@ -35,6 +35,7 @@ from _reliability import (
     backend_params,
     on_backend,
     place,
+    require_op,
     supports,
     u_acc,
     u_out,
@@ -141,6 +142,7 @@ def linear_cases(draw):
 @settings(max_examples=examples())
 @given(case=linear_cases())
 def test_fused_linear_relu_fuzz(backend, case: LinearCase):
+    require_op(backend, "fused_linear_relu")
     assume(supports(backend, case.dtype))
     dt, K, N = case.dtype, case.K, case.N
     gen = torch.Generator().manual_seed(case.seed)
@@ -300,6 +302,7 @@ def _grads_or_zeros(y, inputs, dy):
 @settings(max_examples=examples())
 @given(case=conv_cases())
 def test_conv2d_fuzz(backend, case: ConvCase):
+    require_op(backend, "conv2d")
     assume(supports(backend, case.dtype))
     dt = case.dtype
     C, O = case.groups * case.Cg, case.groups * case.Og
@@ -464,6 +467,7 @@ def _layer_norm_bounds(x64, w64, b64, dy64, eps, nd, dt):
 @settings(max_examples=examples())
 @given(case=layer_norm_cases())
 def test_layer_norm_fuzz(backend, case: LayerNormCase):
+    require_op(backend, "layer_norm")
     assume(supports(backend, case.dtype))
     dt, nd = case.dtype, len(case.norm)
     gen = torch.Generator().manual_seed(case.seed)

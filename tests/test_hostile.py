@@ -19,13 +19,16 @@ import torch.nn.functional as F
 import xkernels
 from _reliability import (
     DTYPES,
+    NOT_IMPLEMENTED,
     assert_within,
     backend_device,
     backend_params,
     child_env,
     describe_result,
     mem_available_bytes,
+    require_op,
     run_python,
+    slow_marks,
     supports,
     u_acc,
     u_out,
@@ -388,7 +391,8 @@ def child_main(backend: str, names: list[str]) -> None:
                         CASES[name](dev, dt)
                         res = {"case": key, "status": "ok"}
                     except ClearError as e:
-                        res = {"case": key, "status": "clear_error", "msg": str(e)}
+                        status = "unsupported" if NOT_IMPLEMENTED in str(e) else "clear_error"
+                        res = {"case": key, "status": status, "msg": str(e)}
                     except BaseException as e:  # noqa: BLE001 - report everything to the parent
                         res = {"case": key, "status": "fail", "msg": f"{type(e).__name__}: {e}"}
                 print(json.dumps(res), flush=True)
@@ -430,8 +434,31 @@ def results_for(backend: str) -> dict:
     return out
 
 
-@pytest.mark.parametrize("case", list(CASES))
-@pytest.mark.parametrize("backend", backend_params())
+# Known bugs in other branches' kernels: strict xfails, so the fix turns them into failures to remove.
+KNOWN_BUGS = {
+    ("sycl", "layer_norm_all_equal_rows"):
+        "SYCL layer_norm (csrc/sycl/kernels/layer_norm.hpp): plain two-pass statistics; a row of equal values whose "
+        "sum/N rounds (0.1 with N=7 in float32) gets a spurious variance and an output != bias (3e-6 off); "
+        "the reference fixed this with a corrected mean (commit 'layer_norm reference: corrected two-pass')",
+    ("sycl", "layer_norm_denormal_and_huge"):
+        "SYCL layer_norm: a variance that overflows (|x| ~ 1e20 in float32) gives rstd 0 and silently returns the "
+        "bias (0) instead of NaN as PyTorch and the reference do",
+}
+
+
+def _hostile_params():
+    out = []
+    for bp in backend_params():
+        backend = bp.values[0]
+        for case in CASES:
+            marks = list(bp.marks)
+            if (backend, case) in KNOWN_BUGS:
+                marks.append(pytest.mark.xfail(strict=True, reason=KNOWN_BUGS[(backend, case)]))
+            out.append(pytest.param(backend, case, marks=marks, id=f"{backend}-{case}"))
+    return out
+
+
+@pytest.mark.parametrize("backend,case", _hostile_params())
 def test_hostile(backend, case):
     res = results_for(backend)
     mine = {k: v for k, v in res.items() if k.split("/")[0] == case}
@@ -439,6 +466,8 @@ def test_hostile(backend, case):
     problems = [f"{k}: {v['status']}: {v.get('msg', '')}" for k, v in sorted(mine.items())
                 if v["status"] in ("fail", "crash")]
     assert not problems, "\n".join(problems)
+    if all(v["status"] == "unsupported" for v in mine.values()):
+        pytest.skip(f"{case}: not supported on backend '{backend}' (yet): {next(iter(mine.values())).get('msg', '')}")
     assert any(v["status"] == "ok" for v in mine.values()), (
         f"{case}: no dtype gave a result (only errors): {mine}")
 
@@ -491,13 +520,14 @@ BIG_NEED = {"fused_linear_relu": 2 * 65537 * 32769, "layer_norm": 3 * 2 * (2**20
 
 @pytest.mark.parametrize("op", [
     "fused_linear_relu",
-    pytest.param("layer_norm", marks=pytest.mark.slow),
-    pytest.param("conv2d", marks=pytest.mark.slow),
+    pytest.param("layer_norm", marks=slow_marks()),
+    pytest.param("conv2d", marks=slow_marks()),
 ])
 @pytest.mark.parametrize("backend", backend_params())
 def test_more_than_2_31_elements(backend, op):
     """int64 indexing: a result with more than 2^31 elements (bfloat16) is right at the start, around
     element 2^31 and at the end. Runs in a child; skipped when the machine lacks the memory."""
+    require_op(backend, op)
     need = BIG_NEED[op]
     if backend == "cuda":
         free = torch.cuda.mem_get_info()[0]
