@@ -196,3 +196,21 @@ def test_empty_inputs_do_not_dispatch():
     with xkernels.use_backend("reference"), xkernels.dispatch_record() as rec:
         xkernels.fused_linear_relu(torch.randn(0, 3), torch.randn(4, 3))
     assert rec.events == []
+
+
+@pytest.mark.slow  # two pytest subprocesses (~30 s on a loaded 2-core machine)
+def test_require_sycl_turns_skip_into_failure():
+    """conftest: with XKERNELS_REQUIRE_SYCL=1 an unavailable sycl backend fails instead of skipping."""
+    if xkernels.backends()["sycl"].available:
+        pytest.skip("sycl is available here: nothing would be skipped")
+    test_id = f"{Path(__file__).parent / 'test_fused_linear_relu.py'}::test_via_torch_ops"
+    base = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", test_id]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(PYTHON_DIR), os.environ.get("PYTHONPATH", "")])}
+    relaxed = subprocess.run(base, env={**env, "XKERNELS_REQUIRE_SYCL": "0"}, capture_output=True, text=True,
+                             timeout=300)
+    strict = subprocess.run(base, env={**env, "XKERNELS_REQUIRE_SYCL": "1"}, capture_output=True, text=True,
+                            timeout=300)
+    assert relaxed.returncode == 0 and "1 passed, 1 skipped" in relaxed.stdout, relaxed.stdout
+    # pytest.fail in the fixture: reported as an error at setup of the sycl case, and the run fails.
+    assert strict.returncode != 0 and "1 passed, 1 error" in strict.stdout, strict.stdout
+    assert "XKERNELS_REQUIRE_SYCL=1" in strict.stdout

@@ -9,7 +9,7 @@ import torch.nn.functional as F
 
 import xkernels
 from compare import check_forward_backward, memory_formats, randn, small_ints
-from tolerances import DTYPES
+from tolerances import DTYPES, assert_close
 
 NAMES = ("input", "weight", "bias")
 CL = torch.channels_last
@@ -228,6 +228,8 @@ def test_small_integers_exact(backend, case, channels_last):
 
 def test_via_torch_ops(backend):
     x, w, b = torch.randn(1, 2, 6, 5), torch.randn(3, 2, 3, 3), torch.randn(3)
-    torch.testing.assert_close(torch.ops.xkernels.conv2d(x, w, b, [1, 1], [1, 1], [1, 1], 1), F.conv2d(x, w, b, 1, 1))
-    torch.testing.assert_close(torch.ops.xkernels.conv2d.padding(x, w, b, [1, 1], "same", [1, 1], 1),
-                               F.conv2d(x, w, b, padding="same"))
+    x64, w64, b64 = x.double(), w.double(), b.double()
+    assert_close(torch.ops.xkernels.conv2d(x, w, b, [1, 1], [1, 1], [1, 1], 1), F.conv2d(x64, w64, b64, 1, 1),
+                 torch.float32, "conv2d")
+    assert_close(torch.ops.xkernels.conv2d.padding(x, w, b, [1, 1], "same", [1, 1], 1),
+                 F.conv2d(x64, w64, b64, padding="same"), torch.float32, "conv2d.padding")

@@ -261,6 +261,23 @@ def test_layer_norm_exact_on_small_integers(sycl_cpu):
         assert torch.equal(y.float(), x * w + b), dtype
 
 
+def test_layer_norm_many_rows_grid_stride(sycl_cpu):
+    # More rows than one launch has sub-groups (65536 work-groups x 4): rows are grid-strided.
+    M, N = 300_001, 3
+    x = torch.randn(M, N, generator=torch.Generator().manual_seed(7))
+    dy = torch.randn(M, N, generator=torch.Generator().manual_seed(8))
+    w = torch.tensor([0.5, 2.0, -1.0])
+    with xkernels.use_backend("sycl"):
+        y, mean, rstd = torch.ops.xkernels.layer_norm_forward(x, [N], w, None, 1e-5)
+        gx, gw, _ = torch.ops.xkernels.layer_norm_backward(dy, x, [N], mean, rstd, w, None, [True, True, False])
+    aten = lambda x_, w_, b_: F.layer_norm(x_, [N], w_, b_, 1e-5)  # noqa: E731
+    y64, (gx64, gw64, _) = _grads(aten, x.double(), w.double(), None, dy.double())
+    y32, (gx32, gw32, _) = _grads(aten, x, w, None, dy)
+    _check_close(y, y32, y64, torch.float32, "output")
+    _check_close(gx, gx32, gx64, torch.float32, "grad_input")
+    _check_close(gw, gw32, gw64, torch.float32, "grad_weight")
+
+
 def test_layer_norm_backward_mask(sycl_cpu):
     x = torch.randn(5, 16)
     w = torch.rand(16) + 0.5

@@ -56,11 +56,25 @@ static const std::vector<std::string> kDeviceFPOptions = {"-fno-fast-math", "-ff
 
 namespace {
 
-const char* kInstallHint =
-    "install the SYCL runtime and Intel's OpenCL CPU runtime with one version for all three, e.g. "
-    "pip install 'intel-sycl-rt==2026.1.2' 'intel-cmplr-lib-ur==2026.1.2' 'intel-opencl-rt==2026.1.2' "
-    "(intel-cmplr-lib-ur 2026.2.0 ships no OpenCL adapter), and import xkernels before any other SYCL user "
-    "so that OCL_ICD_FILENAMES names libintelocl.so";
+struct RuntimeVersionInfo {
+  int year = 0, minor = 0, patch = 0;  // 0: unknown
+  std::string text, source;
+};
+const RuntimeVersionInfo& runtime_version_info();
+
+// What to install / check when no usable device is found.
+std::string install_hint() {
+  const RuntimeVersionInfo& rv = runtime_version_info();
+  const bool from_wheel = rv.source.rfind("intel-sycl-rt wheel", 0) == 0;
+  const std::string v = from_wheel ? rv.text : "<the intel-sycl-rt version>";
+  std::string hint = "install Intel's OpenCL CPU runtime and the Unified Runtime adapters of the same version as "
+                     "the SYCL runtime: pip install 'intel-opencl-rt==" + v + "' 'intel-cmplr-lib-ur==" + v +
+                     "' (intel-cmplr-lib-ur 2026.2.0 ships no OpenCL adapter), and import xkernels before any other "
+                     "SYCL user so that OCL_ICD_FILENAMES names libintelocl.so";
+  if (const char* sel = std::getenv("ONEAPI_DEVICE_SELECTOR"))
+    hint += std::string("; note ONEAPI_DEVICE_SELECTOR='") + sel + "' restricts the devices the runtime shows";
+  return hint;
+}
 
 std::string backend_string(sycl::backend b) {
   switch (b) {
@@ -105,7 +119,7 @@ const Registry& registry() {
     try {
       platforms = sycl::platform::get_platforms();
     } catch (const std::exception& e) {
-      r.error = std::string("the SYCL runtime failed to list platforms: ") + e.what() + "; " + kInstallHint;
+      r.error = std::string("the SYCL runtime failed to list platforms: ") + e.what() + "; " + install_hint();
     }
     for (const auto& p : platforms) {
       std::vector<sycl::device> devs;
@@ -139,7 +153,7 @@ const Registry& registry() {
     if (r.devices.empty() && r.error.empty()) {
       const char* icd = std::getenv("OCL_ICD_FILENAMES");
       r.error = std::string("the SYCL runtime found no device (OCL_ICD_FILENAMES=") + (icd ? icd : "<unset>") +
-                "); " + kInstallHint;
+                "); " + install_hint();
     }
     // The device for CPU tensors: a usable CPU device that takes ordinary host pointers.
     // Prefer the OpenCL one (Intel's CPU runtime), the one this project is tested on.
@@ -167,7 +181,7 @@ const Registry& registry() {
                              : rec.unusable_reason);
         }
         r.cpu_reason = any_cpu ? "no usable SYCL CPU device" + why
-                               : std::string("the SYCL runtime lists no CPU device; ") + kInstallHint;
+                               : std::string("the SYCL runtime lists no CPU device; ") + install_hint();
       }
     }
     return r;
@@ -193,10 +207,6 @@ sycl::queue& cpu_queue() {
 }
 
 // ---------------------------------------------------------------- runtime version
-struct RuntimeVersion {
-  int year = 0, minor = 0, patch = 0;  // 0: unknown
-  std::string text, source;
-};
 
 int find_loaded_object(struct dl_phdr_info* info, size_t, void* data) {
   auto* out = static_cast<std::string*>(data);
@@ -208,13 +218,13 @@ int find_loaded_object(struct dl_phdr_info* info, size_t, void* data) {
   return 0;
 }
 
-bool parse_version(const std::string& s, RuntimeVersion& v) {
+bool parse_version(const std::string& s, RuntimeVersionInfo& v) {
   return std::sscanf(s.c_str(), "%d.%d.%d", &v.year, &v.minor, &v.patch) >= 2 && v.year >= 2020;
 }
 
-const RuntimeVersion& runtime_version_info() {
-  static const RuntimeVersion ver = [] {
-    RuntimeVersion v;
+const RuntimeVersionInfo& runtime_version_info() {
+  static const RuntimeVersionInfo ver = [] {
+    RuntimeVersionInfo v;
     namespace fs = std::filesystem;
     std::string lib;
     dl_iterate_phdr(find_loaded_object, &lib);
@@ -712,6 +722,16 @@ std::vector<std::string> all_kernel_names(const DeviceTraits& traits) {
   return out;
 }
 
+namespace {
+sycl::context default_context(const sycl::device& d) {
+#if __LIBSYCL_MAJOR_VERSION >= 9
+  return d.get_platform().khr_get_default_context();
+#else
+  return d.get_platform().ext_oneapi_get_default_context();
+#endif
+}
+}  // namespace
+
 std::vector<std::pair<std::string, double>> warmup(
     const std::function<void(size_t, size_t, const std::string&)>& progress) {
   std::vector<std::pair<const DeviceRecord*, const KernelGroup*>> work;
@@ -723,9 +743,11 @@ std::vector<std::pair<std::string, double>> warmup(
   for (const auto& [rec, g] : work) {
     const std::string label = rec->traits.name + ": " + g->file;
     if (progress) progress(done, work.size(), label);
-    // The CPU device's context is the CPU queue's, so warmed kernels are the ones ops use.
+    // Build in the context ops will use: the CPU queue's for the CPU device; for other devices
+    // the platform's default context (torch's XPU queues live in it). Either way the on-disk
+    // cache is filled, which serves any context.
     const bool is_cpu_dev = registry().cpu_index >= 0 && rec == &registry().devices[registry().cpu_index];
-    const sycl::context ctx = is_cpu_dev ? cpu_queue().get_context() : sycl::context(rec->device);
+    const sycl::context ctx = is_cpu_dev ? cpu_queue().get_context() : default_context(rec->device);
     const auto t0 = std::chrono::steady_clock::now();
     built_slot(ctx, rec->device, *g, nullptr);
     out.emplace_back(label, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());

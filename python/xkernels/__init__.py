@@ -38,6 +38,8 @@ from .backends import (  # noqa: E402
     use_backend,
     warmup,
 )
+from . import nn, parity, reference  # noqa: E402
+from .nn import optimize  # noqa: E402
 
 __all__ = [
     "fused_linear_relu",
@@ -51,5 +53,9 @@ __all__ = [
     "best_device",
     "dispatch_record",
     "BackendUnavailableError",
+    "nn",
+    "optimize",
+    "parity",
+    "reference",
     "__version__",
 ]

@@ -1,0 +1,95 @@
+// layer_norm on CUDA tensors: host wrappers (allocation, dtype dispatch, launch geometry).
+// Arguments arrive validated by entry.h; the kernels live in kernels/layer_norm.cuh.
+#include <ATen/core/Tensor.h>
+#include <ATen/ops/empty.h>
+
+#include "kernels/layer_norm.cuh"
+#include "launch.cuh"
+#include "xkernels/dispatch.h"
+#include "xkernels/ops.h"
+
+namespace xkernels::cuda {
+namespace {
+
+// Warp per row for rows up to LayerNormConfig::kMaxWarpRow, else a block per row.
+struct RowLaunch {
+  bool block_row;
+  dim3 grid, block;
+};
+RowLaunch row_launch(int64_t M, int64_t N) {
+  using Cfg = k::LayerNormConfig;
+  if (N <= Cfg::kMaxWarpRow) {
+    const int64_t blocks = std::min<int64_t>(k::ceil_div(M, Cfg::kWarpRowsPerBlock), INT_MAX);
+    return {false, dim3(static_cast<unsigned>(blocks)), dim3(32, Cfg::kWarpRowsPerBlock)};
+  }
+  return {true, dim3(static_cast<unsigned>(std::min<int64_t>(M, INT_MAX))), dim3(Cfg::kBlockThreads)};
+}
+
+// mean / rstd dtype: the accumulation type (float64 for float64 input, else float32), as entry.h.
+at::ScalarType stat_dtype(at::ScalarType t) { return t == at::kDouble ? at::kDouble : at::kFloat; }
+
+}  // namespace
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor> layer_norm_forward(const at::Tensor& input, const at::Tensor& weight,
+                                                                  const at::Tensor& bias, double eps,
+                                                                  const LayerNormProblem& p) {
+  const c10::cuda::CUDAGuard guard(input.device());
+  const cudaStream_t stream = c10::cuda::getCurrentCUDAStream().stream();
+  const at::Tensor x = input.contiguous();
+  const at::Tensor w = weight.defined() ? weight.contiguous() : weight;
+  const at::Tensor b = bias.defined() ? bias.contiguous() : bias;
+  at::Tensor out = at::empty(input.sizes(), input.options());
+  const auto stat_opts = input.options().dtype(stat_dtype(input.scalar_type()));
+  at::Tensor mean = at::empty(p.stat_sizes, stat_opts), rstd = at::empty(p.stat_sizes, stat_opts);
+  const RowLaunch L = row_launch(p.M, p.N);
+  XK_DISPATCH_FLOATING_TYPES(input.scalar_type(), "xkernels.layer_norm", [&] {
+    using T = cuda_t<scalar_t>;
+    using Acc = k::acc_t<T>;
+    auto kernel = L.block_row ? k::layer_norm_forward_kernel<T, true> : k::layer_norm_forward_kernel<T, false>;
+    kernel<<<L.grid, L.block, 0, stream>>>(data_in<scalar_t>(x), data_in<scalar_t>(w), data_in<scalar_t>(b),
+                                           data_out<scalar_t>(out), mean.mutable_data_ptr<Acc>(),
+                                           rstd.mutable_data_ptr<Acc>(), p.M, p.N, static_cast<Acc>(eps));
+    C10_CUDA_KERNEL_LAUNCH_CHECK();
+  });
+  return {out, mean, rstd};
+}
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor> layer_norm_backward(const at::Tensor& grad_output,
+                                                                   const at::Tensor& input, const at::Tensor& mean,
+                                                                   const at::Tensor& rstd, const at::Tensor& weight,
+                                                                   const LayerNormProblem& p, std::array<bool, 3> mask) {
+  const char* op = "layer_norm_backward";
+  const c10::cuda::CUDAGuard guard(input.device());
+  const cudaStream_t stream = c10::cuda::getCurrentCUDAStream().stream();
+  const at::Tensor x = input.contiguous(), dy = grad_output.contiguous();
+  const at::Tensor w = weight.defined() ? weight.contiguous() : weight;
+  const at::ScalarType sd = stat_dtype(input.scalar_type());
+  const at::Tensor mu = mean.to(sd).contiguous(), rs = rstd.to(sd).contiguous();
+  at::Tensor gi = mask[0] ? at::empty(input.sizes(), input.options()) : empty_grad_like(input);
+  at::Tensor gw = mask[1] ? at::empty(p.normalized_shape, input.options()) : empty_grad_like(input);
+  at::Tensor gb = mask[2] ? at::empty(p.normalized_shape, input.options()) : empty_grad_like(input);
+  const RowLaunch L = row_launch(p.M, p.N);
+  XK_DISPATCH_FLOATING_TYPES(input.scalar_type(), "xkernels.layer_norm_backward", [&] {
+    using T = cuda_t<scalar_t>;
+    using Acc = k::acc_t<T>;
+    const Acc* MU = mu.const_data_ptr<Acc>();
+    const Acc* RS = rs.const_data_ptr<Acc>();
+    if (mask[0]) {
+      auto kernel = L.block_row ? k::layer_norm_backward_input_kernel<T, true>
+                                : k::layer_norm_backward_input_kernel<T, false>;
+      kernel<<<L.grid, L.block, 0, stream>>>(data_in<scalar_t>(dy), data_in<scalar_t>(x), MU, RS,
+                                             data_in<scalar_t>(w), data_out<scalar_t>(gi), p.M, p.N);
+      C10_CUDA_KERNEL_LAUNCH_CHECK();
+    }
+    if (mask[1])
+      run_column_sum<Acc, false>(
+          op, p.M, p.N, k::LayerNormGradWeightLoad<T>{data_in<scalar_t>(dy), data_in<scalar_t>(x), MU, RS, p.N},
+          k::StoreVector<T>{data_out<scalar_t>(gw)}, input, stream);
+    if (mask[2])
+      run_column_sum<Acc, false>(op, p.M, p.N, k::LayerNormGradBiasLoad<T>{data_in<scalar_t>(dy), p.N},
+                                 k::StoreVector<T>{data_out<scalar_t>(gb)}, input, stream);
+  });
+  return {gi, gw, gb};
+}
+
+}  // namespace xkernels::cuda

@@ -1,0 +1,265 @@
+// conv2d on the SYCL backend: host wrapper (checks are done by the entry; this brings the
+// operands into the layouts the kernels of kernels/conv2d.hpp read, packs the weight,
+// allocates outputs, picks the tile shape and launch geometry, and launches).
+//
+// Layouts: the kernels read their gathered operand (input, or grad_output for grad_input)
+// through its strides, so NCHW, channels_last and strided views are used as they are (no
+// copy); grad_weight also needs grad_output channels_last (its channels are vector loads) and
+// converts it when it is not. Outputs are written directly in the problem's memory format
+// (p.channels_last: NHWC, else NCHW), 3-D when the input was unbatched. The weight is packed
+// per call into [G, KH, KW, C/G, O/G padded] (the destination channel innermost, zero padded
+// to whole lane vectors) plus one trailing zero that out-of-image taps read.
+#include <ATen/ATen.h>
+
+#include <algorithm>
+#include <string>
+
+#include "sycl/runtime.h"
+#include "xkernels/checks.h"
+#include "xkernels/dispatch.h"
+#include "xkernels/ops.h"
+#include "xkernels/shapes.h"
+
+namespace xkernels::sycl_backend {
+
+namespace {
+
+// Tile shapes and split factors. Measured on the OpenCL CPU device (AVX-512): see
+// kernels/conv2d.hpp for the work decomposition these parametrise.
+struct Conv2dConfig {
+  // Lanes per sub-group: one 512-bit vector of the accumulation type (16 floats, 8 doubles);
+  // a lane is a SIMD lane, so this is what fills a register.
+  static constexpr int64_t kPreferredLanes = 16;
+  static constexpr int64_t kPreferredLanesFp64 = 8;
+  // Destination-pixel GEMM, "wide" tile: R=6 pixels x Q=4 channel vectors = 24 accumulators,
+  // + 4 weight vectors + 1 broadcast = 29 of 32 vector registers: the inner loop compiles
+  // to 4 loads, 6 broadcasts and 24 FMAs without spills (checked in the generated assembly).
+  static constexpr int kWideR = 6, kWideQ = 4;
+  // "Narrow" tile for few channels per group (grouped / depthwise convolutions): one channel
+  // vector, more pixels, so fewer lanes idle.
+  static constexpr int kNarrowR = 8, kNarrowQ = 1;
+  // The wide tile is used from this many destination channels per group (at 48 a quarter
+  // of its lanes idle; below that the narrow tile does less wasted work).
+  static constexpr int64_t kWideMinChannels = 48;
+  // grad_weight / grad_bias reduce over N*OH*OW pixels, split into chunks that each
+  // work-group sums into its own partial result (a second kernel adds the partials in a
+  // fixed order). Work-groups of one chunk run back to back, so a chunk of
+  // kPixelsPerSplit pixels (64 channels: 64 KiB of grad_output plus the input rows) stays
+  // in L2 while every tile reads it; with one chunk per image each work-group streamed the
+  // whole image from memory (measured 5x slower at 56x56x64). More splits are made when
+  // there are too few tiles for kTargetGroups work-groups. Bounds: at least
+  // kMinPixelsPerSplit pixels per split, at most kMaxSplits splits and kMaxPartialElements
+  // partial-sum elements. Fixed numbers (not device-dependent) keep the summation order,
+  // hence the result, the same on every device.
+  static constexpr int64_t kPixelsPerSplit = 256;
+  static constexpr int64_t kTargetGroups = 64;
+  static constexpr int64_t kMinPixelsPerSplit = 64;
+  static constexpr int64_t kMaxSplits = 64;
+  static constexpr int64_t kMaxPartialElements = int64_t(1) << 23;
+  static constexpr int64_t kReduceLocal = 64;  // work-items per work-group in the split reduction
+};
+
+int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+// Sub-group size for element type `dtype` on a device: the preferred size when the device
+// supports it, else the device's largest (every kernel is instantiated per size).
+int64_t lanes_for(const DeviceTraits& t, bool fp64) {
+  const int64_t want = fp64 ? Conv2dConfig::kPreferredLanesFp64 : Conv2dConfig::kPreferredLanes;
+  const auto& s = t.sub_group_sizes;
+  if (s.empty() || std::find(s.begin(), s.end(), static_cast<size_t>(want)) != s.end()) return want;
+  return static_cast<int64_t>(*std::max_element(s.begin(), s.end()));
+}
+
+struct Tile {
+  int R, Q;
+};
+Tile igemm_tile(int64_t channels_per_group) {
+  return channels_per_group >= Conv2dConfig::kWideMinChannels ? Tile{Conv2dConfig::kWideR, Conv2dConfig::kWideQ}
+                                                              : Tile{Conv2dConfig::kNarrowR, Conv2dConfig::kNarrowQ};
+}
+
+std::string igemm_name(const char* type, bool dst_cl, int64_t S, Tile t) {
+  return std::string("xk::conv2d_igemm<") + type + ", " + (dst_cl ? "true" : "false") + ", " + std::to_string(S) +
+         ", " + std::to_string(t.R) + ", " + std::to_string(t.Q) + ">";
+}
+std::string grad_weight_name(const char* type, int64_t S, Tile t) {
+  return std::string("xk::conv2d_grad_weight<") + type + ", " + std::to_string(S) + ", " + std::to_string(t.R) +
+         ", " + std::to_string(t.Q) + ">";
+}
+std::string grad_bias_name(const char* type, int64_t S) {
+  return std::string("xk::conv2d_grad_bias<") + type + ", " + std::to_string(S) + ">";
+}
+std::string reduce_name(const char* type) { return std::string("xk::conv2d_reduce_splits<") + type + ">"; }
+
+std::vector<std::string> conv2d_kernel_names(const DeviceTraits& t) {
+  std::vector<std::string> out;
+  auto add = [&](const char* type, bool fp64) {
+    const int64_t S = lanes_for(t, fp64);
+    for (Tile tile : {Tile{Conv2dConfig::kWideR, Conv2dConfig::kWideQ},
+                      Tile{Conv2dConfig::kNarrowR, Conv2dConfig::kNarrowQ}}) {
+      out.push_back(igemm_name(type, true, S, tile));
+      out.push_back(igemm_name(type, false, S, tile));
+      out.push_back(grad_weight_name(type, S, tile));
+    }
+    out.push_back(grad_bias_name(type, S));
+    out.push_back(reduce_name(type));
+  };
+  add(kernel_type_name<float>(), false);
+  add(kernel_type_name<sycl::ext::oneapi::bfloat16>(), false);
+  if (t.fp16) add(kernel_type_name<sycl::half>(), false);
+  if (t.fp64) add(kernel_type_name<double>(), true);
+  return out;
+}
+
+const KernelGroup& kConv2dGroup = register_kernel_group({"conv2d.hpp", conv2d_kernel_names});
+
+// `t` (4-D, or 3-D unbatched) as a 4-D view.
+at::Tensor as_4d(const at::Tensor& t) { return t.dim() == 3 ? t.unsqueeze(0) : t; }
+
+// The weight [O, C/G, KH, KW] packed for a destination-pixel GEMM, flattened, with one
+// trailing zero: forward ([G, KH, KW, C/G, O/G -> pad]) or grad_input ([G, KH, KW, O/G, C/G -> pad]).
+at::Tensor pack_weight(const at::Tensor& weight, const Conv2dProblem& p, bool transposed, int64_t dst_pad) {
+  const int64_t G = p.groups, Opg = p.O_per_group(), Cpg = p.C_per_group();
+  const at::Tensor w5 = weight.reshape({G, Opg, Cpg, p.KH, p.KW});
+  const at::Tensor src = transposed ? w5.permute({0, 3, 4, 1, 2}) : w5.permute({0, 3, 4, 2, 1});
+  const int64_t src_ch = transposed ? Opg : Cpg, dst_ch = transposed ? Cpg : Opg;
+  const int64_t body = G * p.KH * p.KW * src_ch * dst_pad;
+  at::Tensor packed = at::zeros({body + 1}, weight.options());
+  packed.narrow(0, 0, body).view({G, p.KH, p.KW, src_ch, dst_pad}).narrow(4, 0, dst_ch).copy_(src);
+  return packed;
+}
+
+struct IgemmArgs {
+  const at::Tensor& src;  // [N, Cs, Hs, Ws], any strides
+  const at::Tensor& wpk;  // pack_weight(...)
+  const at::Tensor& bias;  // [Cd] or undefined
+  at::Tensor& dst;        // [N, Cd, Hd, Wd], channels_last or NCHW
+  bool transposed;
+};
+
+// Launches conv2d_igemm for forward (src = input, dst = output) or grad_input
+// (src = grad_output, dst = grad_input).
+template <typename scalar_t>
+sycl::event launch_igemm(sycl::queue& q, const DeviceTraits& traits, const Conv2dProblem& p, const IgemmArgs& a,
+                         bool dst_cl, int64_t S, Tile tile, int64_t dst_pad) {
+  const int64_t N = a.src.size(0), Cs = a.src.size(1), Hs = a.src.size(2), Ws = a.src.size(3);
+  const int64_t Cd = a.dst.size(1), Hd = a.dst.size(2), Wd = a.dst.size(3);
+  const int64_t G = p.groups;
+  const int64_t tiles = ceil_div(N * Hd * Wd, tile.R) * G * (dst_pad / (S * tile.Q));
+  const sycl::kernel k = get_kernel(q, kConv2dGroup, igemm_name(kernel_type_name<scalar_t>(), dst_cl, S, tile));
+  return launch(q, k, sycl::nd_range<1>(sycl::range<1>(tiles * S), sycl::range<1>(S)),
+                a.src.const_data_ptr<scalar_t>(), a.wpk.const_data_ptr<scalar_t>(),
+                a.bias.defined() ? a.bias.const_data_ptr<scalar_t>() : nullptr, a.dst.mutable_data_ptr<scalar_t>(),
+                N, Cs, Hs, Ws, a.src.stride(0), a.src.stride(1), a.src.stride(2), a.src.stride(3), Cd, Hd, Wd,
+                dst_pad, G, p.KH, p.KW, p.stride[0], p.stride[1], p.padding[0], p.padding[1], p.dilation[0],
+                p.dilation[1], static_cast<int32_t>(a.transposed ? 1 : 0));
+}
+
+// Number of pixel splits for a reduction over M pixels with `tiles` work-groups per split
+// and `packed` partial-sum elements per split (see Conv2dConfig).
+int64_t pixel_splits(int64_t M, int64_t tiles, int64_t packed) {
+  using C = Conv2dConfig;
+  const int64_t want = std::max(ceil_div(C::kTargetGroups, tiles), ceil_div(M, C::kPixelsPerSplit));
+  const int64_t cap = std::min({C::kMaxSplits, M / C::kMinPixelsPerSplit, C::kMaxPartialElements / packed});
+  return std::max<int64_t>(1, std::min(want, cap));
+}
+
+// Sums `splits` partials part[s, packed] into dst (weight-gradient order, see the kernel).
+template <typename scalar_t>
+sycl::event launch_reduce(sycl::queue& q, const DeviceTraits& traits, const at::Tensor& part, at::Tensor& dst,
+                          int64_t G, int64_t Opg, int64_t Opg_pad, int64_t Cpg, int64_t KH, int64_t KW, bool dst_cl) {
+  using acc = acc_t<scalar_t>;
+  const int64_t total = dst.numel();
+  const int64_t local = std::min<int64_t>(Conv2dConfig::kReduceLocal, static_cast<int64_t>(traits.max_work_group_size));
+  const sycl::kernel k = get_kernel(q, kConv2dGroup, reduce_name(kernel_type_name<scalar_t>()));
+  return launch(q, k, sycl::nd_range<1>(sycl::range<1>(ceil_div(total, local) * local), sycl::range<1>(local)),
+                part.const_data_ptr<acc>(), dst.mutable_data_ptr<scalar_t>(), total, part.size(0), part.size(1), G,
+                Opg, Opg_pad, Cpg, KH, KW, static_cast<int32_t>(dst_cl ? 1 : 0));
+}
+
+}  // namespace
+
+at::Tensor conv2d(const at::Tensor& input, const at::Tensor& weight, const at::Tensor& bias, const Conv2dProblem& p) {
+  const auto out_fmt = p.channels_last ? at::MemoryFormat::ChannelsLast : at::MemoryFormat::Contiguous;
+  const at::Tensor x = as_4d(input);
+  const at::Tensor b = bias.defined() ? bias.contiguous() : bias;
+  at::Tensor out = at::empty({p.N, p.O, p.OH, p.OW}, input.options().memory_format(out_fmt));
+  sycl::queue& q = queue_for(x);
+  const DeviceTraits& traits = traits_of(q);
+  sycl::event done;
+  XK_DISPATCH_FLOATING_TYPES(x.scalar_type(), "conv2d", [&] {
+    const int64_t S = lanes_for(traits, std::is_same_v<scalar_t, double>);
+    const Tile tile = igemm_tile(p.O_per_group());
+    const int64_t pad = ceil_div(p.O_per_group(), S * tile.Q) * S * tile.Q;
+    const at::Tensor wpk = pack_weight(weight, p, /*transposed=*/false, pad);
+    done = launch_igemm<scalar_t>(q, traits, p, IgemmArgs{x, wpk, b, out, false}, p.channels_last, S, tile, pad);
+    wait_if_host(x, done);  // wpk is freed at the end of this scope
+  });
+  return p.batched ? out : out.view(p.out_sizes());
+}
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor> conv2d_backward(const at::Tensor& grad_output,
+                                                               const at::Tensor& input, const at::Tensor& weight,
+                                                               const Conv2dProblem& p, std::array<bool, 3> mask) {
+  const auto fmt = p.channels_last ? at::MemoryFormat::ChannelsLast : at::MemoryFormat::Contiguous;
+  const at::Tensor go = as_4d(grad_output);
+  const at::Tensor x = as_4d(input);
+  at::Tensor gi = empty_grad_like(input), gw = empty_grad_like(weight), gb = empty_grad_like(weight);
+  sycl::queue& q = queue_for(go);
+  const DeviceTraits& traits = traits_of(q);
+  const int64_t G = p.groups, Opg = p.O_per_group(), Cpg = p.C_per_group();
+  const int64_t M = p.N * p.OH * p.OW;
+  XK_DISPATCH_FLOATING_TYPES(go.scalar_type(), "conv2d_backward", [&] {
+    using acc = acc_t<scalar_t>;
+    const auto acc_opts = go.options().dtype(c10::CppTypeToScalarType<acc>::value);
+    const int64_t S = lanes_for(traits, std::is_same_v<scalar_t, double>);
+    const char* type = kernel_type_name<scalar_t>();
+    if (mask[0]) {  // grad_input: transposed convolution of grad_output with the weight
+      gi = at::empty({p.N, p.C, p.H, p.W}, input.options().memory_format(fmt));
+      const Tile tile = igemm_tile(Cpg);
+      const int64_t pad = ceil_div(Cpg, S * tile.Q) * S * tile.Q;
+      const at::Tensor wpk = pack_weight(weight, p, /*transposed=*/true, pad);
+      const at::Tensor none;
+      sycl::event e = launch_igemm<scalar_t>(q, traits, p, IgemmArgs{go, wpk, none, gi, true}, p.channels_last, S,
+                                             tile, pad);
+      wait_if_host(go, e);
+      if (!p.batched) gi = gi.view(input.sizes());
+    }
+    // grad_weight loads grad_output's channels as vectors: it needs channels_last memory.
+    const at::Tensor go_cl = mask[1] ? go.contiguous(at::MemoryFormat::ChannelsLast) : at::Tensor();
+    if (mask[1]) {  // grad_weight: split reduction over pixels, then an ordered sum of the splits
+      gw = at::empty(weight.sizes(), weight.options().memory_format(fmt));
+      const Tile tile = igemm_tile(Opg);
+      const int64_t Opg_pad = ceil_div(Opg, S * tile.Q) * S * tile.Q;
+      const int64_t tiles = G * p.KH * p.KW * ceil_div(Cpg, tile.R) * (Opg_pad / (S * tile.Q));
+      const int64_t packed = G * p.KH * p.KW * Cpg * Opg_pad;
+      const int64_t splits = pixel_splits(M, tiles, packed);
+      at::Tensor part = at::empty({splits, packed}, acc_opts);
+      const sycl::kernel k = get_kernel(q, kConv2dGroup, grad_weight_name(type, S, tile));
+      launch(q, k, sycl::nd_range<1>(sycl::range<1>(splits * tiles * S), sycl::range<1>(S)),
+             go_cl.const_data_ptr<scalar_t>(), x.const_data_ptr<scalar_t>(), part.mutable_data_ptr<acc>(), p.N, p.C,
+             p.H, p.W, x.stride(0), x.stride(1), x.stride(2), x.stride(3), p.O, p.OH, p.OW, Opg_pad, G, p.KH,
+             p.KW, p.stride[0], p.stride[1], p.padding[0], p.padding[1], p.dilation[0], p.dilation[1], splits);
+      // In-order queue: the reduction runs after the partial sums.
+      sycl::event e = launch_reduce<scalar_t>(q, traits, part, gw, G, Opg, Opg_pad, Cpg, p.KH, p.KW, p.channels_last);
+      wait_if_host(go, e);
+    }
+    if (mask[2]) {  // grad_bias: the same two stages over grad_output alone
+      const at::Tensor& g = go_cl.defined() ? go_cl : go;  // channels_last when available: vector loads
+      gb = at::empty({p.O}, weight.options());
+      const int64_t O_pad = ceil_div(p.O, S) * S;
+      const int64_t tiles = O_pad / S;
+      const int64_t splits = pixel_splits(M, tiles, O_pad);
+      at::Tensor part = at::empty({splits, O_pad}, acc_opts);
+      const sycl::kernel k = get_kernel(q, kConv2dGroup, grad_bias_name(type, S));
+      launch(q, k, sycl::nd_range<1>(sycl::range<1>(splits * tiles * S), sycl::range<1>(S)),
+             g.const_data_ptr<scalar_t>(), part.mutable_data_ptr<acc>(), p.N, p.O, p.OH, p.OW, g.stride(0),
+             g.stride(1), g.stride(2), g.stride(3), O_pad, splits);
+      sycl::event e = launch_reduce<scalar_t>(q, traits, part, gb, 1, p.O, O_pad, 1, 1, 1, false);
+      wait_if_host(go, e);
+    }
+  });
+  return {gi, gw, gb};
+}
+
+}  // namespace xkernels::sycl_backend

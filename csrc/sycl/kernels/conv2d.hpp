@@ -1,0 +1,314 @@
+// conv2d kernels (forward, grad_input, grad_weight, grad_bias) as SYCL free-function
+// kernels: the single source for every SYCL device. No torch headers here; the host
+// wrapper (csrc/sycl/conv2d.cpp) packs the weight, chooses the tile shape and launches.
+//
+// Implicit GEMM. A "destination pixel" GEMM computes, for every destination pixel m
+// and destination channel j of group g,
+//     dst[m, g, j] = sum over taps (kh, kw) and source channels i of group g of
+//                    src[source pixel of (m, kh, kw), g, i] * wpk[g, kh, kw, i, j]
+// gathering the source pixel on the fly (no im2col buffer):
+//   * forward:    src = input,       dst = output,     source pixel of (y, x) at tap (kh, kw) =
+//                 (y*sh - ph + kh*dh, x*sw - pw + kw*dw), zero outside the input;
+//   * grad_input: src = grad_output, dst = grad_input (a transposed convolution): the source pixel
+//                 is ((y + ph - kh*dh) / sh, ...) where the division is exact and in range, else 0.
+// grad_weight is the same tile shape with the roles changed: the reduction runs over pixels,
+// split across work-groups into float/double partial sums that a second kernel adds in a
+// fixed order (deterministic), writing the weight gradient in the requested memory format.
+//
+// Work decomposition (CPU device: a work-group is one sub-group, one lane is one SIMD lane;
+// local memory and barriers do not pay there, register blocking does): a work-group owns R
+// destination pixels x (S*Q) destination channels; lane l holds channels l, l+S, ... l+(Q-1)S
+// of all R pixels, i.e. R*Q accumulators. Per reduction step it loads Q weight vectors
+// (contiguous across lanes: the host packs the weight with the destination channel innermost,
+// padded to a multiple of S*Q) and R source values that are uniform across the sub-group
+// (scalar loads, no gathers: so the source may have any strides, and the host passes NCHW
+// and channels_last tensors, even views, as they are), and issues R*Q fused multiply-adds.
+// Addresses are computed with uniform scalars and plain ternaries: per-lane address arrays
+// and sycl::min/max make the OpenCL CPU vectorizer emit slow gathers.
+//
+// Floating point: products are accumulated with explicit fma() in acc_t (float for half,
+// bfloat16 and float; double for double), in the order (kh, kw, i); the build does not contract.
+// All index arithmetic is int64.
+#pragma once
+#include "common.hpp"
+
+namespace xk {
+
+// ------------------------------------------------------------------ destination-pixel GEMM
+// Template parameters: T element type; DST_CL: dst is channels_last (NHWC memory), else NCHW;
+// S sub-group size; R pixels and Q channel vectors per work-group (see above).
+// src: [N, Cs, Hs, Ws] with element strides (sN, sC, sH, sW), any layout.
+// transposed = 0: forward (src = input); 1: grad_input (src = grad_output).
+// wpk: packed weight [G, KH, KW, Cs/G, Cd_pad] (Cd_pad = Cd/G rounded up to S*Q, zero padded),
+//      FOLLOWED BY at least one zero element: taps that fall outside the source read that
+//      zero with channel stride 0, so the inner loop has no branch and no 0*Inf.
+// bias: [Cd] or null (forward only). dst: [N, Cd, Hd, Wd] in the DST_CL/NCHW memory format.
+// Launch: nd_range<1>, local size S, global size S * ceil(N*Hd*Wd / R) * G * ceil(Cd/G / (S*Q)).
+template <typename T, bool DST_CL, int S, int R, int Q>
+XK_ND_KERNEL(1)
+[[sycl::reqd_sub_group_size(S)]] void conv2d_igemm(
+    const T* src, const T* wpk, const T* bias, T* dst, int64_t N, int64_t Cs, int64_t Hs, int64_t Ws, int64_t sN,
+    int64_t sC, int64_t sH, int64_t sW, int64_t Cd, int64_t Hd, int64_t Wd, int64_t Cd_pad, int64_t G, int64_t KH,
+    int64_t KW, int64_t sh, int64_t sw, int64_t ph, int64_t pw, int64_t dh, int64_t dw, int32_t transposed) {
+  using A = acc_t<T>;
+  const auto it = item<1>();
+  const int64_t lane = static_cast<int64_t>(it.get_local_id(0));
+  int64_t tile = static_cast<int64_t>(it.get_group(0));
+  const int64_t Csg = Cs / G, Cdg = Cd / G;
+  const int64_t ctiles = (Cdg + S * Q - 1) / (S * Q);
+  const int64_t ct = tile % ctiles;
+  tile /= ctiles;
+  const int64_t g = tile % G;
+  const int64_t m0 = (tile / G) * R;
+  const int64_t HWd = Hd * Wd, M = N * HWd;
+  const T* zero = wpk + G * KH * KW * Csg * Cd_pad;
+
+  // Destination pixels of this tile (uniform). Pixels past the end repeat the last one.
+  int64_t pn[R], py[R], px[R];
+#pragma unroll
+  for (int r = 0; r < R; ++r) {
+    const int64_t m = (m0 + r < M) ? m0 + r : M - 1;
+    pn[r] = m / HWd;
+    const int64_t rem = m - pn[r] * HWd;
+    py[r] = rem / Wd;
+    px[r] = rem - py[r] * Wd;
+  }
+
+  A acc[R][Q];
+#pragma unroll
+  for (int r = 0; r < R; ++r)
+#pragma unroll
+    for (int q = 0; q < Q; ++q) acc[r][q] = A(0);
+
+  const T* wg = wpk + g * KH * KW * Csg * Cd_pad + ct * (S * Q) + lane;
+  for (int64_t kh = 0; kh < KH; ++kh) {
+    for (int64_t kw = 0; kw < KW; ++kw) {
+      // Source channels of each destination pixel at this tap: (pointer, channel stride sC),
+      // or (zero, stride 0) when the tap falls outside the source.
+      const T* sp[R];
+      int64_t cs[R];
+#pragma unroll
+      for (int r = 0; r < R; ++r) {
+        int64_t sy, sx;
+        bool valid;
+        if (!transposed) {
+          sy = py[r] * sh - ph + kh * dh;
+          sx = px[r] * sw - pw + kw * dw;
+          valid = sy >= 0 && sy < Hs && sx >= 0 && sx < Ws;
+        } else {
+          const int64_t ty = py[r] + ph - kh * dh, tx = px[r] + pw - kw * dw;
+          valid = ty >= 0 && tx >= 0 && ty % sh == 0 && tx % sw == 0;
+          sy = ty / sh;
+          sx = tx / sw;
+          valid = valid && sy < Hs && sx < Ws;
+        }
+        sp[r] = valid ? src + pn[r] * sN + sy * sH + sx * sW + g * Csg * sC : zero;
+        cs[r] = valid ? sC : 0;
+      }
+      const T* wk = wg + (kh * KW + kw) * Csg * Cd_pad;
+      for (int64_t i = 0; i < Csg; ++i) {
+        A w[Q];
+#pragma unroll
+        for (int q = 0; q < Q; ++q) w[q] = load<T>(wk, i * Cd_pad + q * S);
+#pragma unroll
+        for (int r = 0; r < R; ++r) {
+          const A a = load<T>(sp[r], i * cs[r]);
+#pragma unroll
+          for (int q = 0; q < Q; ++q) acc[r][q] = sycl::fma(a, w[q], acc[r][q]);
+        }
+      }
+    }
+  }
+
+  // Epilogue: bias, convert, store the valid pixels and channels.
+#pragma unroll
+  for (int q = 0; q < Q; ++q) {
+    const int64_t j = ct * (S * Q) + q * S + lane;
+    if (j < Cdg) {
+      const int64_t ch = g * Cdg + j;
+      const A b = bias != nullptr ? load<T>(bias, ch) : A(0);
+#pragma unroll
+      for (int r = 0; r < R; ++r) {
+        if (m0 + r < M) {
+          const int64_t o = DST_CL ? (m0 + r) * Cd + ch : (pn[r] * Cd + ch) * HWd + py[r] * Wd + px[r];
+          store<T>(dst, o, acc[r][q] + b);
+        }
+      }
+    }
+  }
+}
+
+// ------------------------------------------------------------------ grad_weight partial sums
+// part[s, g, kh, kw, c, o] (o padded to Opg_pad, a multiple of S*Q) =
+//     sum over the pixels m of split s of grad_output[m, g*Opg + o] * input[pixel of (m, kh, kw), g*Cpg + c]
+// grad_output is channels_last ([N, OH, OW, O] memory: its channels are loaded as vectors);
+// input [N, C, H, W] has element strides (sN, sC, sH, sW), any layout (scalar loads).
+// A work-group owns (split s, group g, tap, R input channels, S*Q output channels); lanes over
+// output channels (masked loads past Opg), the R input-channel values are uniform scalars.
+// Launch: nd_range<1>, local size S,
+// global size S * splits * G * KH * KW * ceil(Cpg / R) * (Opg_pad / (S*Q)).
+template <typename T, int S, int R, int Q>
+XK_ND_KERNEL(1)
+[[sycl::reqd_sub_group_size(S)]] void conv2d_grad_weight(
+    const T* go, const T* x, acc_t<T>* part, int64_t N, int64_t C, int64_t H, int64_t W, int64_t sN, int64_t sC,
+    int64_t sH, int64_t sW, int64_t O, int64_t OH, int64_t OW, int64_t Opg_pad, int64_t G, int64_t KH, int64_t KW,
+    int64_t sh, int64_t sw, int64_t ph, int64_t pw, int64_t dh, int64_t dw, int64_t splits) {
+  using A = acc_t<T>;
+  const auto it = item<1>();
+  const int64_t lane = static_cast<int64_t>(it.get_local_id(0));
+  int64_t tile = static_cast<int64_t>(it.get_group(0));
+  const int64_t Cpg = C / G, Opg = O / G;
+  const int64_t otiles = Opg_pad / (S * Q), cblocks = (Cpg + R - 1) / R;
+  const int64_t ot = tile % otiles;
+  tile /= otiles;
+  const int64_t cb = tile % cblocks;
+  tile /= cblocks;
+  const int64_t kw = tile % KW;
+  tile /= KW;
+  const int64_t kh = tile % KH;
+  tile /= KH;
+  const int64_t g = tile % G;
+  const int64_t s = tile / G;
+
+  const int64_t M = N * OH * OW;
+  const int64_t chunk = (M + splits - 1) / splits;
+  const int64_t mb = s * chunk;
+  const int64_t me = (mb + chunk < M) ? mb + chunk : M;
+  const int64_t c0 = cb * R;
+  const int64_t o0 = ot * (S * Q) + lane;
+
+  // Input channels past Cpg (last block) re-read channel c0 and their sums are not stored,
+  // so the loads need no condition; output-channel lanes past Opg load masked (zero).
+  int64_t xoff[R];
+#pragma unroll
+  for (int r = 0; r < R; ++r) xoff[r] = ((c0 + r < Cpg) ? r : 0) * sC;
+  bool oin[Q];
+#pragma unroll
+  for (int q = 0; q < Q; ++q) oin[q] = o0 + q * S < Opg;
+
+  // Output columns whose input column ix = ox*sw - pw + kw*dw is inside [0, W): [ox_lo, ox_hi).
+  const int64_t bx = kw * dw - pw;  // ix = ox*sw + bx
+  const int64_t ox_lo = bx >= 0 ? 0 : (-bx + sw - 1) / sw;
+  const int64_t ox_hi_raw = (W - 1 - bx) >= 0 ? (W - 1 - bx) / sw + 1 : 0;
+  const int64_t ox_hi = ox_hi_raw < OW ? ox_hi_raw : OW;
+
+  A acc[R][Q];
+#pragma unroll
+  for (int r = 0; r < R; ++r)
+#pragma unroll
+    for (int q = 0; q < Q; ++q) acc[r][q] = A(0);
+
+  // Walk the split's pixels row by row: (n, oy) rows, the valid column range of each.
+  for (int64_t row = mb / OW; row * OW < me; ++row) {
+    const int64_t n = row / OH, oy = row - n * OH;
+    const int64_t iy = oy * sh - ph + kh * dh;
+    if (iy < 0 || iy >= H) continue;
+    const int64_t rb = row * OW;
+    const int64_t lo0 = mb - rb > ox_lo ? mb - rb : ox_lo;
+    const int64_t hi0 = me - rb < ox_hi ? me - rb : ox_hi;
+    if (lo0 >= hi0) continue;
+    const T* gp = go + (rb + lo0) * O + g * Opg + o0;
+    const T* xp = x + n * sN + iy * sH + (lo0 * sw + bx) * sW + (g * Cpg + c0) * sC;
+    const int64_t xstep = sw * sW;
+    for (int64_t ox = lo0; ox < hi0; ++ox, gp += O, xp += xstep) {
+      A gv[Q];
+#pragma unroll
+      for (int q = 0; q < Q; ++q) gv[q] = oin[q] ? load<T>(gp, q * S) : A(0);
+#pragma unroll
+      for (int r = 0; r < R; ++r) {
+        const A a = load<T>(xp, xoff[r]);
+#pragma unroll
+        for (int q = 0; q < Q; ++q) acc[r][q] = sycl::fma(gv[q], a, acc[r][q]);
+      }
+    }
+  }
+
+  A* pp = part + ((((s * G + g) * KH + kh) * KW + kw) * Cpg + c0) * Opg_pad + o0;
+#pragma unroll
+  for (int r = 0; r < R; ++r) {
+    if (c0 + r < Cpg) {
+#pragma unroll
+      for (int q = 0; q < Q; ++q) pp[r * Opg_pad + q * S] = acc[r][q];
+    }
+  }
+}
+
+// ------------------------------------------------------------------ grad_bias partial sums
+// part[s, o] (o padded to O_pad, a multiple of S) = sum over the pixels m of split s of grad_output[m, o],
+// M = N*OH*OW pixels; grad_output [N, O, OH, OW] has element strides (sN, sC, sH, sW): lanes run
+// over channels, so channels_last (sC = 1) gives vector loads, NCHW gathers.
+// Launch: nd_range<1>, local size S, global size S * splits * (O_pad / S).
+template <typename T, int S>
+XK_ND_KERNEL(1)
+[[sycl::reqd_sub_group_size(S)]] void conv2d_grad_bias(const T* go, acc_t<T>* part, int64_t N, int64_t O,
+                                                       int64_t OH, int64_t OW, int64_t sN, int64_t sC, int64_t sH,
+                                                       int64_t sW, int64_t O_pad, int64_t splits) {
+  using A = acc_t<T>;
+  const auto it = item<1>();
+  const int64_t lane = static_cast<int64_t>(it.get_local_id(0));
+  const int64_t tile = static_cast<int64_t>(it.get_group(0));
+  const int64_t otiles = O_pad / S;
+  const int64_t o = (tile % otiles) * S + lane;
+  const int64_t s = tile / otiles;
+  const int64_t M = N * OH * OW;
+  const int64_t chunk = (M + splits - 1) / splits;
+  const int64_t mb = s * chunk;
+  const int64_t me = (mb + chunk < M) ? mb + chunk : M;
+  A acc = A(0);
+  if (o < O && mb < me) {
+    int64_t n = mb / (OH * OW);
+    const int64_t rem = mb - n * (OH * OW);
+    int64_t oy = rem / OW, ox = rem - oy * OW;
+    for (int64_t m = mb; m < me; ++m) {
+      acc += load<T>(go, n * sN + o * sC + oy * sH + ox * sW);
+      if (++ox == OW) {
+        ox = 0;
+        if (++oy == OH) {
+          oy = 0;
+          ++n;
+        }
+      }
+    }
+  }
+  part[s * O_pad + o] = acc;
+}
+
+// ------------------------------------------------------------------ split reduction
+// dst[e] = sum over s = 0..splits-1 (in order) of part[s * part_stride + src(e)], converted to T,
+// where e runs over the destination weight gradient [O, Cpg, KH, KW] in memory order
+// (dst_cl: channels_last memory, i.e. [O, KH, KW, Cpg]) and src(e) is the packed position
+// [g, kh, kw, c, o % Opg] with o padded to Opg_pad. The bias gradient uses G = Cpg = KH = KW = 1.
+// Launch: nd_range<1>, any local size, global size >= total (rounded up to the local size).
+template <typename T>
+XK_ND_KERNEL(1)
+void conv2d_reduce_splits(const acc_t<T>* part, T* dst, int64_t total, int64_t splits, int64_t part_stride,
+                          int64_t G, int64_t Opg, int64_t Opg_pad, int64_t Cpg, int64_t KH, int64_t KW,
+                          int32_t dst_cl) {
+  using A = acc_t<T>;
+  const auto it = item<1>();
+  const int64_t e = static_cast<int64_t>(it.get_global_id(0));
+  if (e >= total) return;
+  int64_t o, c, kh, kw;
+  if (dst_cl) {
+    c = e % Cpg;
+    int64_t t = e / Cpg;
+    kw = t % KW;
+    t /= KW;
+    kh = t % KH;
+    o = t / KH;
+  } else {
+    kw = e % KW;
+    int64_t t = e / KW;
+    kh = t % KH;
+    t /= KH;
+    c = t % Cpg;
+    o = t / Cpg;
+  }
+  const int64_t g = o / Opg, ol = o - g * Opg;
+  const int64_t src = (((g * KH + kh) * KW + kw) * Cpg + c) * Opg_pad + ol;
+  A sum = A(0);
+  for (int64_t s = 0; s < splits; ++s) sum += part[s * part_stride + src];
+  store<T>(dst, e, sum);
+}
+
+}  // namespace xk

@@ -1,0 +1,394 @@
+// fused_linear_relu kernels (single source): GEMMs with a fused bias + ReLU epilogue, and the two
+// small kernels of the backward pass (ReLU mask + column sums), plus the packing of the CPU
+// GEMM's B operand. Free-function kernels, templated on the element type
+// T in {float, double, sycl::half, sycl::ext::oneapi::bfloat16}; half types accumulate in float.
+//
+// Every GEMM computes   C[m, n] = epilogue( sum_k A(m, k) * B(k, n) )   for m < M, n < N, k < K,
+// with epilogue = (+ bias[n] if BIAS) then (ReLU if RELU), and C row-major with leading dimension
+// ldc. The operands are addressed through strides, so the same kernels serve the forward pass
+// (A = X, B = W^T) and the backward pass (dX = G @ W, dW = G^T @ X) without copies of the kernels.
+//
+// Three GEMM variants; the host picks one per device (fused_linear_relu.cpp):
+//  * linear_gemm_panel  — CPU devices. One work-group = one sub-group of 16 lanes = one SIMD
+//    vector. Each lane keeps a PanelTile::kRows x kColVecs block of accumulators in registers;
+//    the sub-group covers kRows rows x kCols (= 16 * kColVecs) contiguous columns. A is read as
+//    uniform scalars (any strides). B is read per column panel p (columns p*kCols ..) at
+//    B + p * b_panel_stride + k * ldb + c, unit stride along the panel's columns c: either B
+//    in place (b_panel_stride = kCols, ldb = row stride) or packed by the host panel-major,
+//    [panels][K][kCols] (b_panel_stride = K * kCols, ldb = kCols), so a panel is one contiguous
+//    stream instead of K rows a large power-of-two stride apart (which thrash cache sets).
+//    The K loop is blocked (k_block) so a B block stays in cache while the work-group walks its
+//    rows; partial sums between K blocks go to `partial` (acc type, leading dimension ldc).
+//  * linear_gemm_dot    — CPU devices, few rows. Both operands unit-stride along k (X [M,K] and
+//    W [N,K] as given): lanes stride k, each lane keeps DotTile::kRows x kCols partial dot
+//    products, one sub-group reduction per output at the end. No weight transpose needed.
+//  * linear_gemm_tiled  — GPU devices. 16x16 work-items share 64x64 output tiles; A and B
+//    K-slices are staged in work-group local memory (work_group_static) between barriers.
+//
+// No data-dependent addressing: row/column clamps are uniform ternaries, lane masks guard
+// loads/stores (never sycl::min/max or arrays of pointers, which make the OpenCL CPU vectorizer
+// emit gathers). Products are accumulated with explicit sycl::fma (the build disables automatic
+// contraction; the fused multiply-add here is deliberate and the same on every device).
+#pragma once
+#include "common.hpp"
+
+namespace xk {
+
+// ------------------------------------------------------------------ geometry (shared with the host)
+// CPU register blocking. 16 lanes = one AVX-512 vector of fp32; 6x4 fp32 accumulator vectors +
+// 4 B vectors + 1 broadcast = 29 of 32 vector registers. fp64 needs two registers per 16 lanes,
+// so it keeps 6x2 accumulator vectors (24 registers).
+template <typename T> struct PanelTile {
+  static constexpr int kSubGroup = 16;
+  static constexpr int kRows = 6;
+  static constexpr int kColVecs = 4;
+  static constexpr int kCols = kSubGroup * kColVecs;
+  static constexpr int kRowTilesPerGroup = 8;  // rows per work-group = 48: B block reuse across rows
+};
+template <> struct PanelTile<double> {
+  static constexpr int kSubGroup = 16;
+  static constexpr int kRows = 6;
+  static constexpr int kColVecs = 2;
+  static constexpr int kCols = kSubGroup * kColVecs;
+  static constexpr int kRowTilesPerGroup = 8;
+};
+// K block of the panel kernel: 512 rows of a 64-column fp32 B panel = 128 KiB (fits L2 with room).
+inline constexpr int64_t kPanelKBlock = 512;
+
+// Dot kernel: 4x4 accumulators (16 vectors) + 4 + 4 loaded vectors; fp64 2x4 (two registers each).
+template <typename T> struct DotTile {
+  static constexpr int kSubGroup = 16;
+  static constexpr int kRows = 4;
+  static constexpr int kCols = 4;
+};
+template <> struct DotTile<double> {
+  static constexpr int kSubGroup = 16;
+  static constexpr int kRows = 2;
+  static constexpr int kCols = 4;
+};
+
+// GPU tiling: 16x16 = 256 work-items (within every GPU's work-group limit) share a 64x64 output
+// tile, 4x4 accumulators per work-item (register reuse of each staged value 4x); K slices of 16
+// make the two staged tiles 2 x 16 x 64 acc values = 8 KiB (fp32) of local memory per work-group.
+struct TiledTile {
+  static constexpr int kLocal = 16;
+  static constexpr int kTile = 64;
+  static constexpr int kPerItem = kTile / kLocal;
+  static constexpr int kKSlice = 16;
+};
+
+// Device-only spellings (the host compiler sees this file for the constants above only).
+#ifdef __SYCL_DEVICE_ONLY__
+#define XK_LINEAR_SUB_GROUP_16 [[sycl::reqd_sub_group_size(16)]]
+#define XK_LINEAR_UNROLL _Pragma("unroll")
+#else
+#define XK_LINEAR_SUB_GROUP_16
+#define XK_LINEAR_UNROLL
+#endif
+
+// ------------------------------------------------------------------ CPU: register-blocked panel
+namespace linear_detail {
+
+template <typename T> inline acc_t<T> ld(const T* p) { return to_acc<T>(*p); }
+
+// One kRows x kCols tile at rows m0.., columns n0.., K range [k0, k1). MASK_N: the tile overhangs N.
+template <typename T, bool BIAS, bool RELU, bool MASK_N>
+inline void panel_tile(const T* A, int64_t a_rs, int64_t a_ks, const T* Bp, int64_t ldb, const T* bias, T* C,
+                       int64_t ldc, acc_t<T>* partial, int64_t M, int64_t N, int64_t m0, int64_t n0,
+                       int64_t k0, int64_t k1, bool first, bool last, int lane) {
+  using acc = acc_t<T>;
+  using G = PanelTile<T>;
+  constexpr int R = G::kRows, V = G::kColVecs, S = G::kSubGroup;
+  bool col_ok[V];
+  XK_LINEAR_UNROLL
+  for (int j = 0; j < V; ++j) col_ok[j] = !MASK_N || (n0 + j * S + lane < N);
+  int64_t row[R];  // uniform; rows past M repeat the last row (computed, never stored)
+  XK_LINEAR_UNROLL
+  for (int i = 0; i < R; ++i) row[i] = m0 + i < M ? m0 + i : M - 1;
+
+  acc c[R][V];
+  XK_LINEAR_UNROLL
+  for (int i = 0; i < R; ++i)
+    XK_LINEAR_UNROLL
+    for (int j = 0; j < V; ++j) {
+      c[i][j] = acc(0);
+      if (!first && col_ok[j]) c[i][j] = partial[row[i] * ldc + n0 + j * S + lane];
+    }
+
+  for (int64_t k = k0; k < k1; ++k) {
+    const T* b_row = Bp + k * ldb + lane;
+    acc b[V];
+    XK_LINEAR_UNROLL
+    for (int j = 0; j < V; ++j) b[j] = col_ok[j] ? ld(b_row + j * S) : acc(0);
+    XK_LINEAR_UNROLL
+    for (int i = 0; i < R; ++i) {
+      const acc a = ld(A + row[i] * a_rs + k * a_ks);
+      XK_LINEAR_UNROLL
+      for (int j = 0; j < V; ++j) c[i][j] = sycl::fma(a, b[j], c[i][j]);
+    }
+  }
+
+  XK_LINEAR_UNROLL
+  for (int i = 0; i < R; ++i) {
+    if (m0 + i >= M) break;  // uniform
+    XK_LINEAR_UNROLL
+    for (int j = 0; j < V; ++j) {
+      if (!col_ok[j]) continue;
+      const int64_t n = n0 + j * S + lane;
+      if (!last) {
+        partial[row[i] * ldc + n] = c[i][j];
+        continue;
+      }
+      acc v = c[i][j];
+      if constexpr (BIAS) v = v + ld(bias + n);
+      if constexpr (RELU) v = v < acc(0) ? acc(0) : v;  // NaN propagates, as torch.relu
+      C[row[i] * ldc + n] = from_acc<T>(v);
+    }
+  }
+}
+
+}  // namespace linear_detail
+
+// Launch: 1-D, local size 16, one work-group per (row group, column panel); row groups vary
+// fastest so consecutive work-groups share a B panel. `partial` may alias C when T is the
+// accumulation type; it is only touched when K > k_block.
+template <typename T, bool BIAS, bool RELU>
+XK_ND_KERNEL(1)
+XK_LINEAR_SUB_GROUP_16 void linear_gemm_panel(const T* A, int64_t a_rs, int64_t a_ks, const T* B, int64_t ldb,
+                                              int64_t b_panel_stride, const T* bias, T* C, int64_t ldc,
+                                              acc_t<T>* partial, int64_t M, int64_t N, int64_t K, int64_t k_block,
+                                              int64_t row_groups) {
+  using G = PanelTile<T>;
+  const auto it = item<1>();
+  const int lane = static_cast<int>(it.get_local_id(0));
+  const int64_t g = static_cast<int64_t>(it.get_group(0));
+  const int64_t rg = g % row_groups, panel = g / row_groups;
+  const int64_t n0 = panel * G::kCols;
+  const T* Bp = B + panel * b_panel_stride;
+  const int64_t row_begin = rg * (G::kRows * G::kRowTilesPerGroup);
+  const int64_t row_span = G::kRows * G::kRowTilesPerGroup;
+  const int64_t row_end = M - row_begin < row_span ? M : row_begin + row_span;
+  const bool full_n = n0 + G::kCols <= N;
+  for (int64_t k0 = 0; k0 < K; k0 += k_block) {
+    const int64_t k1 = K - k0 <= k_block ? K : k0 + k_block;
+    const bool first = k0 == 0, last = k1 == K;
+    for (int64_t m0 = row_begin; m0 < row_end; m0 += G::kRows) {
+      if (full_n)
+        linear_detail::panel_tile<T, BIAS, RELU, false>(A, a_rs, a_ks, Bp, ldb, bias, C, ldc, partial, M, N, m0, n0,
+                                                        k0, k1, first, last, lane);
+      else
+        linear_detail::panel_tile<T, BIAS, RELU, true>(A, a_rs, a_ks, Bp, ldb, bias, C, ldc, partial, M, N, m0, n0,
+                                                       k0, k1, first, last, lane);
+    }
+  }
+}
+
+// Packs a GEMM B operand for linear_gemm_panel: packed[p][k][c] = B[k * b_ks + n * b_ns] with
+// n = p * kCols + c, zero for n >= N. Lanes walk c: with b_ns == 1 (B rows contiguous, the
+// backward GEMMs) loads and stores are whole vectors; otherwise (W^T in the forward pass) the loads
+// are gathers over kCols rows of W, each cache line of which serves 16 consecutive k — a transpose
+// that cannot avoid one strided side, kept to the read side so the stores stay contiguous.
+// Launch: 1-D, local size 16, one work-group per (k chunk, panel), k chunks fastest.
+template <typename T>
+XK_ND_KERNEL(1)
+XK_LINEAR_SUB_GROUP_16 void linear_pack_panels(const T* B, int64_t b_ks, int64_t b_ns, T* packed, int64_t K,
+                                               int64_t N, int64_t k_chunk, int64_t k_chunks) {
+  using G = PanelTile<T>;
+  constexpr int V = G::kColVecs, S = G::kSubGroup;
+  const auto it = item<1>();
+  const int lane = static_cast<int>(it.get_local_id(0));
+  const int64_t g = static_cast<int64_t>(it.get_group(0));
+  const int64_t panel = g / k_chunks, k0 = (g % k_chunks) * k_chunk;
+  const int64_t k1 = K - k0 < k_chunk ? K : k0 + k_chunk;
+  const int64_t n0 = panel * G::kCols;
+  const T zero = from_acc<T>(acc_t<T>(0));
+  bool ok[V];
+  XK_LINEAR_UNROLL
+  for (int j = 0; j < V; ++j) ok[j] = n0 + j * S + lane < N;
+  T* dst = packed + panel * K * G::kCols + lane;
+  if (b_ns == 1) {
+    const T* src = B + n0 + lane;
+    for (int64_t k = k0; k < k1; ++k)
+      XK_LINEAR_UNROLL
+      for (int j = 0; j < V; ++j) dst[k * G::kCols + j * S] = ok[j] ? src[k * b_ks + j * S] : zero;
+  } else {
+    const T* src = B + (n0 + lane) * b_ns;
+    for (int64_t k = k0; k < k1; ++k)
+      XK_LINEAR_UNROLL
+      for (int j = 0; j < V; ++j) dst[k * G::kCols + j * S] = ok[j] ? src[k * b_ks + j * S * b_ns] : zero;
+  }
+}
+
+// ------------------------------------------------------------------ CPU: dot products along k
+// C[m, n] = epilogue( sum_k A[m * lda + k] * Bt[n * ldb + k] ).
+// Launch: 1-D, local size 16, one work-group per (row tile, column tile); row tiles fastest.
+template <typename T, bool BIAS, bool RELU>
+XK_ND_KERNEL(1)
+XK_LINEAR_SUB_GROUP_16 void linear_gemm_dot(const T* A, int64_t lda, const T* Bt, int64_t ldb, const T* bias, T* C,
+                                            int64_t ldc, int64_t M, int64_t N, int64_t K, int64_t row_tiles) {
+  using acc = acc_t<T>;
+  using G = DotTile<T>;
+  constexpr int R = G::kRows, Q = G::kCols, S = G::kSubGroup;
+  const auto it = item<1>();
+  const auto sg = it.get_sub_group();
+  const int lane = static_cast<int>(it.get_local_id(0));
+  const int64_t g = static_cast<int64_t>(it.get_group(0));
+  const int64_t m0 = (g % row_tiles) * R, n0 = (g / row_tiles) * Q;
+  int64_t row[R], col[Q];  // uniform clamps; overhanging rows/columns are computed, never stored
+  XK_LINEAR_UNROLL
+  for (int i = 0; i < R; ++i) row[i] = m0 + i < M ? m0 + i : M - 1;
+  XK_LINEAR_UNROLL
+  for (int j = 0; j < Q; ++j) col[j] = n0 + j < N ? n0 + j : N - 1;
+
+  acc c[R][Q];
+  XK_LINEAR_UNROLL
+  for (int i = 0; i < R; ++i)
+    XK_LINEAR_UNROLL
+    for (int j = 0; j < Q; ++j) c[i][j] = acc(0);
+
+  const int64_t k_full = K - K % S;
+  for (int64_t k0 = 0; k0 < k_full; k0 += S) {
+    acc a[R], b[Q];
+    XK_LINEAR_UNROLL
+    for (int i = 0; i < R; ++i) a[i] = linear_detail::ld(A + row[i] * lda + k0 + lane);
+    XK_LINEAR_UNROLL
+    for (int j = 0; j < Q; ++j) b[j] = linear_detail::ld(Bt + col[j] * ldb + k0 + lane);
+    XK_LINEAR_UNROLL
+    for (int i = 0; i < R; ++i)
+      XK_LINEAR_UNROLL
+      for (int j = 0; j < Q; ++j) c[i][j] = sycl::fma(a[i], b[j], c[i][j]);
+  }
+  if (k_full < K) {
+    const bool ok = k_full + lane < K;
+    acc a[R], b[Q];
+    XK_LINEAR_UNROLL
+    for (int i = 0; i < R; ++i) a[i] = ok ? linear_detail::ld(A + row[i] * lda + k_full + lane) : acc(0);
+    XK_LINEAR_UNROLL
+    for (int j = 0; j < Q; ++j) b[j] = ok ? linear_detail::ld(Bt + col[j] * ldb + k_full + lane) : acc(0);
+    XK_LINEAR_UNROLL
+    for (int i = 0; i < R; ++i)
+      XK_LINEAR_UNROLL
+      for (int j = 0; j < Q; ++j) c[i][j] = sycl::fma(a[i], b[j], c[i][j]);
+  }
+
+  XK_LINEAR_UNROLL
+  for (int i = 0; i < R; ++i)
+    XK_LINEAR_UNROLL
+    for (int j = 0; j < Q; ++j) {
+      acc v = sycl::reduce_over_group(sg, c[i][j], sycl::plus<acc>());
+      if constexpr (BIAS) v = v + linear_detail::ld(bias + col[j]);
+      if constexpr (RELU) v = v < acc(0) ? acc(0) : v;
+      if (lane == 0 && m0 + i < M && n0 + j < N) C[row[i] * ldc + col[j]] = from_acc<T>(v);
+    }
+}
+
+// ------------------------------------------------------------------ GPU: local-memory tiles
+// C[m, n] = epilogue( sum_k A[m * a_rs + k * a_ks] * B[k * b_ks + n * b_ns] ).
+// Launch: 2-D, local {16, 16}, global {ceil(M/64)*16, ceil(N/64)*16}.
+template <typename T, bool BIAS, bool RELU>
+XK_ND_KERNEL(2)
+void linear_gemm_tiled(const T* A, int64_t a_rs, int64_t a_ks, const T* B, int64_t b_ks, int64_t b_ns,
+                       const T* bias, T* C, int64_t ldc, int64_t M, int64_t N, int64_t K) {
+  using acc = acc_t<T>;
+  using G = TiledTile;
+  constexpr int L = G::kLocal, TILE = G::kTile, P = G::kPerItem, KS = G::kKSlice;
+  static syclexp::work_group_static<acc[KS][TILE]> a_tile;
+  static syclexp::work_group_static<acc[KS][TILE]> b_tile;
+  acc(&as)[KS][TILE] = a_tile;
+  acc(&bs)[KS][TILE] = b_tile;
+
+  const auto it = item<2>();
+  const int ty = static_cast<int>(it.get_local_id(0)), tx = static_cast<int>(it.get_local_id(1));
+  const int tid = ty * L + tx;
+  const int64_t m0 = static_cast<int64_t>(it.get_group(0)) * TILE;
+  const int64_t n0 = static_cast<int64_t>(it.get_group(1)) * TILE;
+
+  acc c[P][P];
+  XK_LINEAR_UNROLL
+  for (int i = 0; i < P; ++i)
+    XK_LINEAR_UNROLL
+    for (int j = 0; j < P; ++j) c[i][j] = acc(0);
+
+  for (int64_t k0 = 0; k0 < K; k0 += KS) {
+    // Each of the 256 work-items stages 4 elements of each tile (64 x 16 values).
+    XK_LINEAR_UNROLL
+    for (int r = 0; r < (TILE * KS) / (L * L); ++r) {
+      const int e = tid + r * L * L;
+      const int a_row = e / KS, a_k = e % KS;  // A slice: consecutive work-items walk k
+      const int64_t m = m0 + a_row, ka = k0 + a_k;
+      as[a_k][a_row] = (m < M && ka < K) ? linear_detail::ld(A + m * a_rs + ka * a_ks) : acc(0);
+      const int b_k = e / TILE, b_col = e % TILE;  // B slice: consecutive work-items walk n
+      const int64_t n = n0 + b_col, kb = k0 + b_k;
+      bs[b_k][b_col] = (n < N && kb < K) ? linear_detail::ld(B + kb * b_ks + n * b_ns) : acc(0);
+    }
+    sycl::group_barrier(it.get_group());
+    XK_LINEAR_UNROLL
+    for (int kk = 0; kk < KS; ++kk) {
+      acc a[P], b[P];
+      XK_LINEAR_UNROLL
+      for (int i = 0; i < P; ++i) a[i] = as[kk][ty + i * L];
+      XK_LINEAR_UNROLL
+      for (int j = 0; j < P; ++j) b[j] = bs[kk][tx + j * L];
+      XK_LINEAR_UNROLL
+      for (int i = 0; i < P; ++i)
+        XK_LINEAR_UNROLL
+        for (int j = 0; j < P; ++j) c[i][j] = sycl::fma(a[i], b[j], c[i][j]);
+    }
+    sycl::group_barrier(it.get_group());
+  }
+
+  XK_LINEAR_UNROLL
+  for (int i = 0; i < P; ++i) {
+    const int64_t m = m0 + ty + i * L;
+    XK_LINEAR_UNROLL
+    for (int j = 0; j < P; ++j) {
+      const int64_t n = n0 + tx + j * L;
+      if (m >= M || n >= N) continue;
+      acc v = c[i][j];
+      if constexpr (BIAS) v = v + linear_detail::ld(bias + n);
+      if constexpr (RELU) v = v < acc(0) ? acc(0) : v;
+      C[m * ldc + n] = from_acc<T>(v);
+    }
+  }
+}
+
+// ------------------------------------------------------------------ backward helpers
+// grad_pre[m, n] = output[m, n] > 0 ? grad_output[m, n] : 0 (all [M, N] contiguous). With COLSUM,
+// also the column sums of grad_pre over the rows [chunk * rows_per_chunk, ...) into
+// partial[chunk, n] (acc type); linear_column_sum finishes grad_bias from them.
+// Launch: 2-D, global {chunks, ceil(N/16)*16}, local {1, 16}.
+template <typename T, bool COLSUM>
+XK_ND_KERNEL(2)
+void linear_relu_grad(const T* grad_output, const T* output, T* grad_pre, acc_t<T>* partial, int64_t M,
+                      int64_t N, int64_t rows_per_chunk) {
+  using acc = acc_t<T>;
+  const auto it = item<2>();
+  const int64_t chunk = static_cast<int64_t>(it.get_global_id(0));
+  const int64_t n = static_cast<int64_t>(it.get_global_id(1));
+  if (n >= N) return;
+  const int64_t r0 = chunk * rows_per_chunk;
+  const int64_t r1 = M - r0 < rows_per_chunk ? M : r0 + rows_per_chunk;
+  acc s = acc(0);
+  for (int64_t r = r0; r < r1; ++r) {
+    const int64_t i = r * N + n;
+    const T g = linear_detail::ld(output + i) > acc(0) ? grad_output[i] : from_acc<T>(acc(0));
+    grad_pre[i] = g;
+    if constexpr (COLSUM) s = s + to_acc<T>(g);
+  }
+  if constexpr (COLSUM) partial[chunk * N + n] = s;
+}
+
+// out[n] = sum_r partial[r, n], rounded once to T. Launch: 1-D, global ceil(N/16)*16, local 16.
+template <typename T>
+XK_ND_KERNEL(1)
+void linear_column_sum(const acc_t<T>* partial, T* out, int64_t R, int64_t N) {
+  using acc = acc_t<T>;
+  const auto it = item<1>();
+  const int64_t n = static_cast<int64_t>(it.get_global_id(0));
+  if (n >= N) return;
+  acc s = acc(0);
+  for (int64_t r = 0; r < R; ++r) s = s + partial[r * N + n];
+  out[n] = from_acc<T>(s);
+}
+
+}  // namespace xk

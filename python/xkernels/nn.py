@@ -1,0 +1,208 @@
+"""Drop-in modules on the xkernels ops, and ``optimize(model)``.
+
+- ``FusedLinearReLU``: relu(linear(x)) in one op. Constructor, parameters, initialization and
+  state_dict keys are those of ``torch.nn.Linear`` (a checkpoint of ``Linear`` loads into it
+  and back); the ReLU is part of the module.
+- ``Conv2d`` / ``LayerNorm``: subclasses of ``torch.nn.Conv2d`` / ``torch.nn.LayerNorm`` (same
+  constructor, parameters, state_dict, repr; ``isinstance(m, torch.nn.Conv2d)`` holds) whose
+  forward runs the xkernels op. Conv2d supports padding_mode='zeros' only (every padding form:
+  int, pair, 'same', 'valid').
+
+``optimize(model)`` swaps these in for ``nn.Linear`` + ``nn.ReLU`` pairs, ``nn.Conv2d`` and
+``nn.LayerNorm`` anywhere in a model, sharing the original Parameter objects.
+"""
+from __future__ import annotations
+
+import copy
+import math
+from collections.abc import Callable
+
+import torch
+from torch import Tensor, nn
+
+from . import ops
+
+__all__ = ["FusedLinearReLU", "Conv2d", "LayerNorm", "optimize"]
+
+
+class FusedLinearReLU(nn.Module):
+    """relu(x @ weight.T + bias), as ``nn.Sequential(nn.Linear(...), nn.ReLU())`` in one op.
+
+    Same arguments, parameters (``weight`` [out_features, in_features], ``bias``
+    [out_features]), initialization and state_dict keys as ``torch.nn.Linear``."""
+
+    __constants__ = ["in_features", "out_features"]
+
+    def __init__(self, in_features: int, out_features: int, bias: bool = True, device=None, dtype=None) -> None:
+        super().__init__()
+        factory = {"device": device, "dtype": dtype}
+        self.in_features = in_features
+        self.out_features = out_features
+        self.weight = nn.Parameter(torch.empty((out_features, in_features), **factory))
+        if bias:
+            self.bias = nn.Parameter(torch.empty(out_features, **factory))
+        else:
+            self.register_parameter("bias", None)
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        # nn.Linear's initialization, so that the same seed gives the same parameters.
+        nn.init.kaiming_uniform_(self.weight, a=math.sqrt(5))
+        if self.bias is not None:
+            fan_in, _ = nn.init._calculate_fan_in_and_fan_out(self.weight)
+            bound = 1 / math.sqrt(fan_in) if fan_in > 0 else 0
+            nn.init.uniform_(self.bias, -bound, bound)
+
+    @classmethod
+    def from_linear(cls, linear: nn.Linear) -> FusedLinearReLU:
+        """A FusedLinearReLU sharing `linear`'s Parameter objects."""
+        m = cls(linear.in_features, linear.out_features, bias=linear.bias is not None, device="meta")
+        m.weight = linear.weight
+        m.bias = linear.bias
+        m.train(linear.training)
+        return m
+
+    def forward(self, input: Tensor) -> Tensor:
+        return ops.fused_linear_relu(input, self.weight, self.bias)
+
+    def extra_repr(self) -> str:
+        return f"in_features={self.in_features}, out_features={self.out_features}, bias={self.bias is not None}"
+
+
+def _unsupported_padding_mode(mode: str) -> ValueError:
+    return ValueError(
+        f"xkernels.nn.Conv2d: argument 'padding_mode' must be 'zeros', got '{mode}'. The xkernels conv2d op "
+        "pads with zeros only; keep torch.nn.Conv2d for this layer (xkernels.optimize() leaves such layers as "
+        "they are) or pad explicitly with torch.nn.functional.pad and use padding=0.")
+
+
+class Conv2d(nn.Conv2d):
+    """``torch.nn.Conv2d`` running the xkernels conv2d op (padding_mode='zeros' only)."""
+
+    def __init__(self, in_channels: int, out_channels: int, kernel_size, stride=1, padding=0, dilation=1,
+                 groups: int = 1, bias: bool = True, padding_mode: str = "zeros", device=None, dtype=None) -> None:
+        if padding_mode != "zeros":
+            raise _unsupported_padding_mode(padding_mode)
+        super().__init__(in_channels, out_channels, kernel_size, stride, padding, dilation, groups, bias,
+                         padding_mode, device, dtype)
+
+    @classmethod
+    def from_conv2d(cls, conv: nn.Conv2d) -> Conv2d:
+        """A Conv2d sharing `conv`'s Parameter objects (padding_mode must be 'zeros')."""
+        if conv.padding_mode != "zeros":
+            raise _unsupported_padding_mode(conv.padding_mode)
+        m = cls(conv.in_channels, conv.out_channels, conv.kernel_size, conv.stride, conv.padding, conv.dilation,
+                conv.groups, conv.bias is not None, conv.padding_mode, device="meta")
+        m.weight = conv.weight
+        m.bias = conv.bias
+        m.train(conv.training)
+        return m
+
+    def _get_name(self) -> str:  # repr says which Conv2d this is
+        return "xkernels.nn.Conv2d"
+
+    def _conv_forward(self, input: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
+        if self.padding_mode != "zeros":
+            raise _unsupported_padding_mode(self.padding_mode)
+        return ops.conv2d(input, weight, bias, self.stride, self.padding, self.dilation, self.groups)
+
+
+class LayerNorm(nn.LayerNorm):
+    """``torch.nn.LayerNorm`` running the xkernels layer_norm op."""
+
+    @classmethod
+    def from_layer_norm(cls, ln: nn.LayerNorm) -> LayerNorm:
+        """A LayerNorm sharing `ln`'s Parameter objects."""
+        m = cls(ln.normalized_shape, ln.eps, ln.elementwise_affine, bias=ln.bias is not None, device="meta")
+        m.weight = ln.weight
+        m.bias = ln.bias
+        m.train(ln.training)
+        return m
+
+    def _get_name(self) -> str:
+        return "xkernels.nn.LayerNorm"
+
+    def forward(self, input: Tensor) -> Tensor:
+        return ops.layer_norm(input, self.normalized_shape, self.weight, self.bias, self.eps)
+
+
+# ------------------------------------------------------------------------------------ optimize
+
+
+def _shallow_copy(module: nn.Module) -> nn.Module:
+    """A new module object with the same parameters/buffers (the same objects) and its own
+    child table, so replacing children does not touch the original."""
+    new = copy.copy(module)
+    new._modules = dict(module._modules)
+    new._parameters = dict(module._parameters)
+    new._buffers = dict(module._buffers)
+    return new
+
+
+def optimize(model: nn.Module, inplace: bool = False, *, linear_relu: bool = True, conv2d: bool = True,
+             layer_norm: bool = True, report: list | None = None) -> nn.Module:
+    """Returns `model` with xkernels modules swapped in:
+
+    - ``nn.Linear`` directly followed by ``nn.ReLU`` among the consecutive children of an
+      ``nn.Sequential`` -> ``FusedLinearReLU`` (the ReLU slot becomes ``nn.Identity``, so
+      indices and state_dict keys stay the same);
+    - ``nn.Conv2d`` with padding_mode='zeros' -> ``xkernels.nn.Conv2d``;
+    - ``nn.LayerNorm`` -> ``xkernels.nn.LayerNorm``.
+
+    Only those exact classes are replaced (subclasses may override forward). The new modules
+    share the original Parameter objects (training one trains the other). With
+    ``inplace=False`` (default) the original model's structure is left untouched: containers
+    on the path to a replacement are shallow copies. Nested models are handled at any depth.
+    If `report` is a list, (qualified name, old class, new class) tuples are appended to it.
+    """
+    if not isinstance(model, nn.Module):
+        raise TypeError(f"xkernels.optimize: argument 'model' must be a torch.nn.Module, got {type(model).__name__}")
+    log = report if report is not None else []
+    make = _replacement(model, conv2d, layer_norm)
+    if make is not None:  # the model itself is one replaceable layer
+        log.append(("", type(model).__name__, f"xkernels.nn.{type(model).__name__}"))
+        return make()
+    return _optimize(model, "", inplace, linear_relu, conv2d, layer_norm, log)
+
+
+def _replacement(child: nn.Module, conv2d: bool, layer_norm: bool) -> Callable[[], nn.Module] | None:
+    if conv2d and type(child) is nn.Conv2d and child.padding_mode == "zeros":
+        return lambda: Conv2d.from_conv2d(child)
+    if layer_norm and type(child) is nn.LayerNorm:
+        return lambda: LayerNorm.from_layer_norm(child)
+    return None
+
+
+def _optimize(module: nn.Module, prefix: str, inplace: bool, linear_relu: bool, conv2d: bool, layer_norm: bool,
+              log: list) -> nn.Module:
+    new_children: dict[str, nn.Module] = {}
+    names = list(module._modules)
+    skip = set()
+    for i, name in enumerate(names):
+        child = module._modules[name]
+        if child is None or name in skip:
+            continue
+        qual = f"{prefix}.{name}" if prefix else name
+        if (linear_relu and isinstance(module, nn.Sequential) and type(child) is nn.Linear
+                and i + 1 < len(names) and type(module._modules[names[i + 1]]) is nn.ReLU):
+            new_children[name] = FusedLinearReLU.from_linear(child)
+            relu_name = names[i + 1]
+            new_children[relu_name] = nn.Identity()
+            skip.add(relu_name)
+            log.append((qual, "Linear+ReLU", "FusedLinearReLU"))
+            continue
+        make = _replacement(child, conv2d, layer_norm)
+        if make is not None:
+            new = make()
+            new_children[name] = new
+            log.append((qual, type(child).__name__, f"xkernels.nn.{type(new).__name__}"))
+            continue
+        sub = _optimize(child, qual, inplace, linear_relu, conv2d, layer_norm, log)
+        if sub is not child:
+            new_children[name] = sub
+    if not new_children:
+        return module
+    target = module if inplace else _shallow_copy(module)
+    for name, child in new_children.items():
+        target._modules[name] = child
+    return target

@@ -1,0 +1,300 @@
+"""xkernels.nn modules as drop-in replacements, state_dict compatibility both ways, and
+optimize() on nested models (outputs, shared parameters, training, torch.compile)."""
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+from torch import nn
+
+import xkernels
+import xkernels.nn as xnn
+from xkernels.parity import tensor_error
+
+DTYPES = [torch.float32, torch.float64, torch.bfloat16]
+
+
+def _within_budget(name, got, module64, inputs, same_dtype):
+    """`got` against the float64 copy of the torch module, budget relative to the torch module
+    in the same dtype."""
+    ref = module64(*[t.detach().double() for t in inputs])
+    err = tensor_error(name, got, ref, got.dtype, same_dtype)
+    assert err.passed, err
+
+
+def _pair_modules(torch_module: nn.Module, x_module: nn.Module, x: torch.Tensor, dtype):
+    """Forward and parameter gradients of the xkernels module vs the torch module holding
+    the same state, both against the float64 torch module."""
+    torch_module = torch_module.to(dtype)
+    x_module.load_state_dict(torch_module.state_dict())
+    x_module = x_module.to(dtype)
+    xin = x.to(dtype)
+    m64 = copy.deepcopy(torch_module).double()
+    x_t, x_x, x64 = (xin.clone().requires_grad_(), xin.clone().requires_grad_(),
+                     xin.double().requires_grad_())
+    out_t = torch_module(x_t)
+    out_x = x_module(x_x)
+    _within_budget("output", out_x, m64, [xin], out_t)
+    g = torch.randn(out_t.shape, generator=torch.Generator().manual_seed(1), dtype=torch.float64)
+    out_t.backward(g.to(dtype))
+    out_x.backward(g.to(dtype))
+    m64(x64).backward(g)
+    err = tensor_error("grad_input", x_x.grad, x64.grad, dtype, x_t.grad)
+    assert err.passed, err
+    for (n, p_t), (_, p_x), (_, p64) in zip(torch_module.named_parameters(), x_module.named_parameters(),
+                                            m64.named_parameters()):
+        err = tensor_error(f"grad_{n}", p_x.grad, p64.grad, dtype, p_t.grad)
+        assert err.passed, err
+
+
+# ------------------------------------------------------------------------------ FusedLinearReLU
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("bias", [True, False])
+def test_fused_linear_relu_module_matches_linear_relu(dtype, bias):
+    torch.manual_seed(0)
+    ref = nn.Sequential(nn.Linear(13, 7, bias=bias), nn.ReLU())
+    xm = xnn.FusedLinearReLU(13, 7, bias=bias)
+    x = torch.randn(5, 13)
+    _pair_modules(ref, nn.Sequential(xm), x, dtype)
+
+
+def test_fused_linear_relu_same_init_params_and_keys_as_linear():
+    torch.manual_seed(3)
+    lin = nn.Linear(11, 6)
+    torch.manual_seed(3)
+    fused = xnn.FusedLinearReLU(11, 6)
+    assert list(fused.state_dict()) == list(lin.state_dict()) == ["weight", "bias"]
+    assert torch.equal(fused.weight, lin.weight) and torch.equal(fused.bias, lin.bias)
+    assert [n for n, _ in fused.named_parameters()] == ["weight", "bias"]
+    assert "in_features=11, out_features=6, bias=True" in repr(fused)
+    nb = xnn.FusedLinearReLU(4, 3, bias=False, dtype=torch.float64)
+    assert nb.bias is None and nb.weight.dtype == torch.float64 and list(nb.state_dict()) == ["weight"]
+
+
+def test_fused_linear_relu_state_dict_round_trip_both_ways():
+    torch.manual_seed(0)
+    lin, fused = nn.Linear(9, 4), xnn.FusedLinearReLU(9, 4)
+    fused.load_state_dict(lin.state_dict())  # Linear checkpoint -> FusedLinearReLU
+    assert torch.equal(fused.weight, lin.weight) and torch.equal(fused.bias, lin.bias)
+    lin2 = nn.Linear(9, 4)
+    with torch.no_grad():
+        fused.weight.mul_(2)
+    lin2.load_state_dict(fused.state_dict())  # and back
+    assert torch.equal(lin2.weight, fused.weight) and torch.equal(lin2.bias, fused.bias)
+    x = torch.randn(3, 9)
+    torch.testing.assert_close(fused(x), torch.relu(lin2(x)), rtol=1e-5, atol=1e-5)
+
+
+# ------------------------------------------------------------------------------ Conv2d
+
+
+CONV_CONFIGS = [
+    dict(kernel_size=3, padding=1),
+    dict(kernel_size=(3, 2), stride=(2, 1), padding=(1, 0), dilation=(1, 2)),
+    dict(kernel_size=4, padding="same"),
+    dict(kernel_size=3, padding="same", dilation=2),
+    dict(kernel_size=3, padding="valid", stride=2),
+    dict(kernel_size=1, groups=2, bias=False),
+]
+
+
+@pytest.mark.parametrize("cfg", CONV_CONFIGS, ids=lambda c: ",".join(f"{k}={v}" for k, v in c.items()))
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_conv2d_module_matches_torch(cfg, dtype):
+    torch.manual_seed(0)
+    ref = nn.Conv2d(4, 6, **cfg)
+    xm = xnn.Conv2d(4, 6, **cfg)
+    x = torch.randn(2, 4, 9, 8)
+    _pair_modules(ref, xm, x, dtype)
+
+
+def test_conv2d_is_a_torch_conv2d_with_same_init_keys_and_repr():
+    torch.manual_seed(5)
+    ref = nn.Conv2d(3, 8, 3, stride=2, padding="valid")
+    torch.manual_seed(5)
+    xm = xnn.Conv2d(3, 8, 3, stride=2, padding="valid")
+    assert isinstance(xm, nn.Conv2d)
+    assert list(xm.state_dict()) == list(ref.state_dict()) == ["weight", "bias"]
+    assert torch.equal(xm.weight, ref.weight) and torch.equal(xm.bias, ref.bias)
+    assert repr(xm).startswith("xkernels.nn.Conv2d(3, 8, kernel_size=(3, 3), stride=(2, 2), padding=valid")
+    ref.load_state_dict(xm.state_dict())
+    xm.load_state_dict(ref.state_dict())
+
+
+@pytest.mark.parametrize("mode", ["reflect", "replicate", "circular"])
+def test_conv2d_rejects_other_padding_modes_clearly(mode):
+    with pytest.raises(ValueError, match=f"padding_mode' must be 'zeros', got '{mode}'"):
+        xnn.Conv2d(3, 4, 3, padding=1, padding_mode=mode)
+    with pytest.raises(ValueError, match="padding_mode"):
+        xnn.Conv2d.from_conv2d(nn.Conv2d(3, 4, 3, padding=1, padding_mode=mode))
+    m = xnn.Conv2d(3, 4, 3, padding=1)
+    m.padding_mode = mode  # changed after construction: refused at call time, not silently ignored
+    with pytest.raises(ValueError, match="padding_mode"):
+        m(torch.randn(1, 3, 5, 5))
+
+
+def test_conv2d_unbatched_and_channels_last():
+    torch.manual_seed(0)
+    ref = nn.Conv2d(3, 5, 3, padding=1)
+    xm = xnn.Conv2d.from_conv2d(ref)
+    x = torch.randn(3, 7, 7)
+    torch.testing.assert_close(xm(x), ref(x), rtol=1e-5, atol=1e-5)
+    xc = torch.randn(2, 3, 7, 7).contiguous(memory_format=torch.channels_last)
+    torch.testing.assert_close(xm(xc), ref(xc), rtol=1e-5, atol=1e-5)
+
+
+# ------------------------------------------------------------------------------ LayerNorm
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("kw", [dict(), dict(elementwise_affine=False), dict(bias=False), dict(eps=1e-3)],
+                         ids=["affine", "no-affine", "no-bias", "eps"])
+def test_layer_norm_module_matches_torch(dtype, kw):
+    torch.manual_seed(0)
+    ref = nn.LayerNorm([3, 10], **kw)
+    if ref.weight is not None:
+        with torch.no_grad():  # non-trivial affine parameters
+            ref.weight.normal_()
+            if ref.bias is not None:
+                ref.bias.normal_()
+    xm = xnn.LayerNorm([3, 10], **kw)
+    assert list(xm.state_dict()) == list(ref.state_dict())
+    _pair_modules(ref, xm, torch.randn(4, 3, 10), dtype)
+
+
+def test_layer_norm_state_dict_round_trip_and_type():
+    ref = nn.LayerNorm(12)
+    xm = xnn.LayerNorm.from_layer_norm(ref)
+    assert isinstance(xm, nn.LayerNorm) and xm.weight is ref.weight and xm.bias is ref.bias
+    with torch.no_grad():
+        ref.weight.uniform_()
+    fresh = xnn.LayerNorm(12)
+    fresh.load_state_dict(ref.state_dict())
+    back = nn.LayerNorm(12)
+    back.load_state_dict(fresh.state_dict())
+    assert torch.equal(back.weight, ref.weight)
+
+
+# ------------------------------------------------------------------------------ optimize()
+
+
+class Block(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(3, 8, 3, padding="same")
+        self.norm = nn.LayerNorm([8, 6, 6])
+        self.keep = nn.Conv2d(8, 8, 3, padding=1, padding_mode="reflect")  # not supported: stays
+
+    def forward(self, x):
+        return self.keep(self.norm(torch.relu(self.conv(x))))
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.features = nn.Sequential(Block(), nn.ReLU())
+        self.head = nn.Sequential(
+            nn.Flatten(),
+            nn.Sequential(nn.Linear(288, 32), nn.ReLU(), nn.Linear(32, 16), nn.ReLU()),
+            nn.Linear(16, 10),
+            nn.ReLU(),  # Linear+ReLU at the end of the outer Sequential too
+            nn.Linear(10, 5),
+        )
+
+    def forward(self, x):
+        return self.head(self.features(x))
+
+
+def _net():
+    torch.manual_seed(0)
+    return Net(), torch.randn(4, 3, 6, 6)
+
+
+def test_optimize_nested_model_replaces_and_shares_parameters():
+    model, x = _net()
+    before = {n: type(m) for n, m in model.named_modules()}
+    report = []
+    opt = xkernels.optimize(model, report=report)
+    assert {n for n, _, _ in report} == {"features.0.conv", "features.0.norm", "head.1.0", "head.1.2", "head.2"}
+    assert type(opt.features[0].conv) is xnn.Conv2d and type(opt.features[0].norm) is xnn.LayerNorm
+    assert type(opt.features[0].keep) is nn.Conv2d  # reflect padding left alone
+    assert type(opt.head[1][0]) is xnn.FusedLinearReLU and type(opt.head[1][1]) is nn.Identity
+    assert type(opt.head[2]) is xnn.FusedLinearReLU and type(opt.head[4]) is nn.Linear
+    # The very same Parameter objects, and the same state_dict keys.
+    assert all(p is q for p, q in zip(opt.parameters(), model.parameters()))
+    assert list(opt.state_dict()) == list(model.state_dict())
+    # The original model is untouched (inplace=False).
+    assert {n: type(m) for n, m in model.named_modules()} == before
+    assert opt is not model and opt.features[0] is not model.features[0]
+    # Same function within the float32 budget of the float64 model.
+    m64 = copy.deepcopy(model).double()
+    err = tensor_error("out", opt(x), m64(x.double()), torch.float32, model(x))
+    assert err.passed, err
+    # Idempotent.
+    again = []
+    xkernels.optimize(opt, report=again)
+    assert again == []
+
+
+def test_optimize_inplace_and_single_layer_model():
+    model, x = _net()
+    ref_out = model(x)
+    same = xkernels.optimize(model, inplace=True)
+    assert same is model and type(model.features[0].conv) is xnn.Conv2d
+    torch.testing.assert_close(model(x), ref_out, rtol=1e-4, atol=1e-5)
+    ln = nn.LayerNorm(5)
+    assert type(xkernels.optimize(ln)) is xnn.LayerNorm and xkernels.optimize(ln).weight is ln.weight
+    with pytest.raises(TypeError, match="torch.nn.Module"):
+        xkernels.optimize(lambda t: t)
+
+
+def test_optimize_only_exact_classes_and_consecutive_pairs():
+    class MyLinear(nn.Linear):
+        pass
+
+    seq = nn.Sequential(MyLinear(4, 4), nn.ReLU(), nn.Linear(4, 4), nn.Tanh(), nn.ReLU(), nn.Linear(4, 4))
+    report = []
+    out = xkernels.optimize(seq, report=report)
+    assert report == [] and out is seq
+
+
+def test_optimized_model_trains_like_the_original():
+    model, x = _net()
+    target = torch.randn(4, 5, generator=torch.Generator().manual_seed(2))
+    twin = copy.deepcopy(model)  # trained with plain torch
+    opt = xkernels.optimize(model)
+    for m in (opt, twin):
+        sgd = torch.optim.SGD(m.parameters(), lr=0.1)
+        for _ in range(3):
+            sgd.zero_grad()
+            loss = nn.functional.mse_loss(m(x), target)
+            loss.backward()
+            sgd.step()
+    # Training the optimized model updated the original's parameters (shared objects) ...
+    assert all(p is q for p, q in zip(opt.parameters(), model.parameters()))
+    # ... and the same way torch training does.
+    for (n, p), q in zip(model.named_parameters(), twin.parameters()):
+        torch.testing.assert_close(p, q, rtol=1e-4, atol=1e-5, msg=lambda m, n=n: f"{n}: {m}")
+
+
+@pytest.mark.parametrize("backend", ["aot_eager", "inductor"])
+def test_optimized_model_under_torch_compile(backend):
+    torch._dynamo.reset()
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Conv2d(3, 4, 3, padding=1), nn.ReLU(), nn.Flatten(), nn.LayerNorm(4 * 5 * 5),
+                          nn.Linear(100, 16), nn.ReLU(), nn.Linear(16, 3))
+    opt = xkernels.optimize(model)
+    x = torch.randn(2, 3, 5, 5)
+    eager = opt(x)
+    eager.sum().backward()
+    eager_grads = [p.grad.clone() for p in opt.parameters()]
+    opt.zero_grad()
+    compiled = torch.compile(opt, backend=backend, fullgraph=True)
+    out = compiled(x)
+    out.sum().backward()
+    torch.testing.assert_close(out, eager, rtol=1e-5, atol=1e-6)
+    for g, p in zip(eager_grads, opt.parameters()):
+        torch.testing.assert_close(p.grad, g, rtol=1e-5, atol=1e-6)
