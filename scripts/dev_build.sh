@@ -14,7 +14,7 @@ TORCH_XPU=$($PY -c 'import torch; print("ON" if getattr(torch.version, "xpu", No
 SYCL_ROOT=$($PY -c 'import sys, os; p=sys.prefix; print(p if os.path.exists(os.path.join(p,"include/sycl/sycl.hpp")) else "")')
 # oneAPI ahead-of-time kernels (docs/oneapi.md): prints its summary, emits CMake arguments, fails loudly.
 mkdir -p "$BUILD_DIR"
-AOT_ARGS=$($PY -m buildtools.oneapi --build-dir "$BUILD_DIR/oneapi_aot" --library-dir "$PWD/python/xkernels" \
+AOT_ARGS=$($PY -m buildtools.oneapi --build-dir "$BUILD_DIR/oneapi_aot" --library-dir "${XKERNELS_OUTPUT_DIR:-$PWD/python/xkernels}" \
   --host-sycl-prefix "$SYCL_ROOT")
 mapfile -t AOT_ARGS_ARR <<<"$AOT_ARGS"
 cmake -S . -B "$BUILD_DIR" -G Ninja \

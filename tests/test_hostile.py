@@ -434,8 +434,31 @@ def results_for(backend: str) -> dict:
     return out
 
 
-@pytest.mark.parametrize("case", list(CASES))
-@pytest.mark.parametrize("backend", backend_params())
+# Known bugs in other branches' kernels: strict xfails, so the fix turns them into failures to remove.
+KNOWN_BUGS = {
+    ("sycl", "layer_norm_all_equal_rows"):
+        "SYCL layer_norm (csrc/sycl/kernels/layer_norm.hpp): plain two-pass statistics; a row of equal values whose "
+        "sum/N rounds (0.1 with N=7 in float32) gets a spurious variance and an output != bias (3e-6 off); "
+        "the reference fixed this with a corrected mean (commit 'layer_norm reference: corrected two-pass')",
+    ("sycl", "layer_norm_denormal_and_huge"):
+        "SYCL layer_norm: a variance that overflows (|x| ~ 1e20 in float32) gives rstd 0 and silently returns the "
+        "bias (0) instead of NaN as PyTorch and the reference do",
+}
+
+
+def _hostile_params():
+    out = []
+    for bp in backend_params():
+        backend = bp.values[0]
+        for case in CASES:
+            marks = list(bp.marks)
+            if (backend, case) in KNOWN_BUGS:
+                marks.append(pytest.mark.xfail(strict=True, reason=KNOWN_BUGS[(backend, case)]))
+            out.append(pytest.param(backend, case, marks=marks, id=f"{backend}-{case}"))
+    return out
+
+
+@pytest.mark.parametrize("backend,case", _hostile_params())
 def test_hostile(backend, case):
     res = results_for(backend)
     mine = {k: v for k, v in res.items() if k.split("/")[0] == case}
