@@ -8,6 +8,7 @@ Every case is checked three ways:
   * small-integer float32 inputs, for which every product and partial sum is an exact integer:
     output and all three gradients must equal the float64 oracle exactly.
 The cases cover the kernels' code paths: wide (>= 48 channels per group) and narrow tiles,
+lanes over groups (depthwise and other many-group, few-channel convolutions),
 channel counts that are not multiples of the lane vectors, pixel counts that are not multiples
 of the pixel tile, taps outside the image (padding), strides (grad_input's exact-division
 taps), dilation, groups and depthwise, NCHW and channels_last input and/or weight, unbatched.
@@ -47,6 +48,8 @@ CASES = [
     ("groups3_stride2", (1, 9, 9, 8), (6, 3, 2, 3), (2, 2), (1, 1), (1, 1), 3),
     ("depthwise", (2, 6, 9, 7), (6, 1, 3, 3), (1, 1), (1, 1), (1, 1), 6),
     ("depthwise_mult2_stride2", (1, 4, 11, 9), (8, 1, 3, 3), (2, 2), (1, 1), (1, 1), 4),
+    ("depthwise_20_groups_dilated", (2, 20, 7, 6), (20, 1, 3, 3), (1, 1), (2, 1), (2, 1), 20),  # 2 lane blocks
+    ("groups24_2in_1out", (1, 48, 6, 5), (24, 2, 3, 2), (1, 2), (1, 1), (1, 1), 24),
     ("wide_tile", (1, 5, 6, 7), (70, 5, 3, 3), (1, 1), (1, 1), (1, 1), 1),  # 70 = 64 + 6 channels
     ("wide_tile_bwd", (1, 70, 5, 4), (9, 70, 1, 3), (1, 1), (0, 1), (1, 1), 1),  # grad_input: 70 channels
     ("wide_groups", (1, 100, 4, 5), (100, 50, 1, 1), (1, 1), (0, 0), (1, 1), 2),

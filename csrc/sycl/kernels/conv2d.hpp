@@ -63,15 +63,26 @@ XK_ND_KERNEL(1)
   const int64_t HWd = Hd * Wd, M = N * HWd;
   const T* zero = wpk + G * KH * KW * Csg * Cd_pad;
 
-  // Destination pixels of this tile (uniform). Pixels past the end repeat the last one.
+  // Destination pixels of this tile (uniform): one division, then stepping along the rows.
+  // Pixels past the end repeat the last one (computed, not stored).
   int64_t pn[R], py[R], px[R];
+  {
+    int64_t n = m0 / HWd;
+    const int64_t rem = m0 - n * HWd;
+    int64_t y = rem / Wd, x = rem - y * Wd;
 #pragma unroll
-  for (int r = 0; r < R; ++r) {
-    const int64_t m = (m0 + r < M) ? m0 + r : M - 1;
-    pn[r] = m / HWd;
-    const int64_t rem = m - pn[r] * HWd;
-    py[r] = rem / Wd;
-    px[r] = rem - py[r] * Wd;
+    for (int r = 0; r < R; ++r) {
+      pn[r] = n;
+      py[r] = y;
+      px[r] = x;
+      if (m0 + r + 1 < M && ++x == Wd) {
+        x = 0;
+        if (++y == Hd) {
+          y = 0;
+          ++n;
+        }
+      }
+    }
   }
 
   A acc[R][Q];
@@ -133,6 +144,110 @@ XK_ND_KERNEL(1)
           const int64_t o = DST_CL ? (m0 + r) * Cd + ch : (pn[r] * Cd + ch) * HWd + py[r] * Wd + px[r];
           store<T>(dst, o, acc[r][q] + b);
         }
+      }
+    }
+  }
+}
+
+// ------------------------------------------------------------------ destination-pixel GEMM, lanes over groups
+// The same computation as conv2d_igemm for convolutions with few channels per group and many
+// groups (depthwise and similar), where lanes over the channels of one group would mostly idle:
+// here lane l handles group gb*S + l, the work-group owns R destination pixels x S groups x one
+// destination channel j of each group, and each lane keeps R accumulators. Per step: one weight
+// vector (contiguous over groups), R source vectors (lane l reads channel (gb*S+l)*Cs/G + i:
+// contiguous when that stride is 1, i.e. depthwise and channels_last, else a gather), R FMAs.
+// wpk: packed weight [KH, KW, Cs/G, Cd/G, G_pad] (G_pad = G rounded up to S, zero padded).
+// Other arguments as conv2d_igemm. Launch: nd_range<1>, local size S,
+// global size S * ceil(N*Hd*Wd / R) * (Cd/G) * (G_pad / S).
+template <typename T, bool DST_CL, int S, int R>
+XK_ND_KERNEL(1)
+[[sycl::reqd_sub_group_size(S)]] void conv2d_igemm_groups(
+    const T* src, const T* wpk, const T* bias, T* dst, int64_t N, int64_t Cs, int64_t Hs, int64_t Ws, int64_t sN,
+    int64_t sC, int64_t sH, int64_t sW, int64_t Cd, int64_t Hd, int64_t Wd, int64_t G_pad, int64_t G, int64_t KH,
+    int64_t KW, int64_t sh, int64_t sw, int64_t ph, int64_t pw, int64_t dh, int64_t dw, int32_t transposed) {
+  using A = acc_t<T>;
+  const auto it = item<1>();
+  const int64_t lane = static_cast<int64_t>(it.get_local_id(0));
+  int64_t tile = static_cast<int64_t>(it.get_group(0));
+  const int64_t Csg = Cs / G, Cdg = Cd / G;
+  const int64_t gblocks = G_pad / S;
+  const int64_t g = (tile % gblocks) * S + lane;
+  tile /= gblocks;
+  const int64_t j = tile % Cdg;
+  const int64_t m0 = (tile / Cdg) * R;
+  const int64_t HWd = Hd * Wd, M = N * HWd;
+  const bool gin = g < G;
+
+  int64_t pn[R], py[R], px[R];
+  {
+    int64_t n = m0 / HWd;
+    const int64_t rem = m0 - n * HWd;
+    int64_t y = rem / Wd, x = rem - y * Wd;
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+      pn[r] = n;
+      py[r] = y;
+      px[r] = x;
+      if (m0 + r + 1 < M && ++x == Wd) {
+        x = 0;
+        if (++y == Hd) {
+          y = 0;
+          ++n;
+        }
+      }
+    }
+  }
+
+  A acc[R];
+#pragma unroll
+  for (int r = 0; r < R; ++r) acc[r] = A(0);
+
+  const T* lane_src = src + g * Csg * sC;  // this lane's group, source channel 0
+  for (int64_t kh = 0; kh < KH; ++kh) {
+    for (int64_t kw = 0; kw < KW; ++kw) {
+      // Pixel offset of each destination pixel at this tap (0 when outside: read, then dropped).
+      int64_t off[R];
+      bool ok[R];
+#pragma unroll
+      for (int r = 0; r < R; ++r) {
+        int64_t sy, sx;
+        bool valid;
+        if (!transposed) {
+          sy = py[r] * sh - ph + kh * dh;
+          sx = px[r] * sw - pw + kw * dw;
+          valid = sy >= 0 && sy < Hs && sx >= 0 && sx < Ws;
+        } else {
+          const int64_t ty = py[r] + ph - kh * dh, tx = px[r] + pw - kw * dw;
+          valid = ty >= 0 && tx >= 0 && ty % sh == 0 && tx % sw == 0;
+          sy = ty / sh;
+          sx = tx / sw;
+          valid = valid && sy < Hs && sx < Ws;
+        }
+        ok[r] = valid;
+        off[r] = valid ? pn[r] * sN + sy * sH + sx * sW : 0;
+      }
+      const T* wk = wpk + ((kh * KW + kw) * Csg * Cdg + j) * G_pad + g;
+      for (int64_t i = 0; i < Csg; ++i) {
+        const A w = load<T>(wk, i * Cdg * G_pad);
+#pragma unroll
+        for (int r = 0; r < R; ++r) {
+          A v = A(0);
+          if (gin) v = load<T>(lane_src, off[r] + i * sC);
+          const A a = ok[r] ? v : A(0);
+          acc[r] = sycl::fma(a, w, acc[r]);
+        }
+      }
+    }
+  }
+
+  if (gin) {
+    const int64_t ch = g * Cdg + j;
+    const A b = bias != nullptr ? load<T>(bias, ch) : A(0);
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+      if (m0 + r < M) {
+        const int64_t o = DST_CL ? (m0 + r) * Cd + ch : (pn[r] * Cd + ch) * HWd + py[r] * Wd + px[r];
+        store<T>(dst, o, acc[r] + b);
       }
     }
   }
