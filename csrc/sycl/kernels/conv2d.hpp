@@ -107,11 +107,12 @@ XK_ND_KERNEL(1)
           sx = px[r] * sw - pw + kw * dw;
           valid = sy >= 0 && sy < Hs && sx >= 0 && sx < Ws;
         } else {
+          // Unit strides skip the (slow, per pixel and tap) integer divisions.
           const int64_t ty = py[r] + ph - kh * dh, tx = px[r] + pw - kw * dw;
-          valid = ty >= 0 && tx >= 0 && ty % sh == 0 && tx % sw == 0;
-          sy = ty / sh;
-          sx = tx / sw;
-          valid = valid && sy < Hs && sx < Ws;
+          sy = sh == 1 ? ty : ty / sh;
+          sx = sw == 1 ? tx : tx / sw;
+          valid = ty >= 0 && tx >= 0 && sy < Hs && sx < Ws && (sh == 1 || sy * sh == ty) &&
+                  (sw == 1 || sx * sw == tx);
         }
         sp[r] = valid ? src + pn[r] * sN + sy * sH + sx * sW + g * Csg * sC : zero;
         cs[r] = valid ? sC : 0;
@@ -217,11 +218,12 @@ XK_ND_KERNEL(1)
           sx = px[r] * sw - pw + kw * dw;
           valid = sy >= 0 && sy < Hs && sx >= 0 && sx < Ws;
         } else {
+          // Unit strides skip the (slow, per pixel and tap) integer divisions.
           const int64_t ty = py[r] + ph - kh * dh, tx = px[r] + pw - kw * dw;
-          valid = ty >= 0 && tx >= 0 && ty % sh == 0 && tx % sw == 0;
-          sy = ty / sh;
-          sx = tx / sw;
-          valid = valid && sy < Hs && sx < Ws;
+          sy = sh == 1 ? ty : ty / sh;
+          sx = sw == 1 ? tx : tx / sw;
+          valid = ty >= 0 && tx >= 0 && sy < Hs && sx < Ws && (sh == 1 || sy * sh == ty) &&
+                  (sw == 1 || sx * sw == tx);
         }
         ok[r] = valid;
         off[r] = valid ? pn[r] * sN + sy * sH + sx * sW : 0;
