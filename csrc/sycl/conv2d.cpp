@@ -45,6 +45,8 @@ struct Conv2dConfig {
   // the channels of one group (depthwise: 16 of 16 instead of 1 of 16); R pixels per
   // work-group, R accumulators per lane.
   static constexpr int kGroupsR = 8;
+  // grad_weight with lanes over groups: R taps per work-group (a 3x3 kernel in one block).
+  static constexpr int kGradWeightGroupsR = 9;
   // grad_weight / grad_bias reduce over N*OH*OW pixels, split into chunks that each
   // work-group sums into its own partial result (a second kernel adds the partials in a
   // fixed order). Work-groups of one chunk run back to back, so a chunk of
@@ -94,6 +96,10 @@ std::string grad_weight_name(const char* type, int64_t S, Tile t) {
   return std::string("xk::conv2d_grad_weight<") + type + ", " + std::to_string(S) + ", " + std::to_string(t.R) +
          ", " + std::to_string(t.Q) + ">";
 }
+std::string grad_weight_groups_name(const char* type, int64_t S) {
+  return std::string("xk::conv2d_grad_weight_groups<") + type + ", " + std::to_string(S) + ", " +
+         std::to_string(Conv2dConfig::kGradWeightGroupsR) + ">";
+}
 std::string grad_bias_name(const char* type, int64_t S) {
   return std::string("xk::conv2d_grad_bias<") + type + ", " + std::to_string(S) + ">";
 }
@@ -111,6 +117,7 @@ std::vector<std::string> conv2d_kernel_names(const DeviceTraits& t) {
     }
     out.push_back(igemm_groups_name(type, true, S));
     out.push_back(igemm_groups_name(type, false, S));
+    out.push_back(grad_weight_groups_name(type, S));
     out.push_back(grad_bias_name(type, S));
     out.push_back(reduce_name(type));
   };
@@ -255,21 +262,40 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> conv2d_backward(const at::Tensor&
       run_destination_gemm<scalar_t>(q, traits, p, go, weight, at::Tensor(), gi, /*transposed=*/true);
       if (!p.batched) gi = gi.view(input.sizes());
     }
-    // grad_weight loads grad_output's channels as vectors: it needs channels_last memory.
-    const at::Tensor go_cl = mask[1] ? go.contiguous(at::MemoryFormat::ChannelsLast) : at::Tensor();
+    // grad_weight with lanes over channels loads grad_output's channels as vectors: it needs
+    // channels_last memory (lanes over groups read any strides).
+    const bool gw_groups = group_lanes_pay(S, G, Opg);
+    const at::Tensor go_cl =
+        mask[1] && !gw_groups ? go.contiguous(at::MemoryFormat::ChannelsLast) : at::Tensor();
     if (mask[1]) {  // grad_weight: split reduction over pixels, then an ordered sum of the splits
       gw = at::empty(weight.sizes(), weight.options().memory_format(fmt));
-      const Tile tile = igemm_tile(Opg);
-      const int64_t Opg_pad = ceil_div(Opg, S * tile.Q) * S * tile.Q;
-      const int64_t tiles = G * p.KH * p.KW * ceil_div(Cpg, tile.R) * (Opg_pad / (S * tile.Q));
-      const int64_t packed = G * p.KH * p.KW * Cpg * Opg_pad;
-      const int64_t splits = pixel_splits(M, tiles, packed);
-      at::Tensor part = at::empty({splits, packed}, acc_opts);
-      const sycl::kernel k = get_kernel(q, kConv2dGroup, grad_weight_name(type, S, tile));
-      launch(q, k, sycl::nd_range<1>(sycl::range<1>(splits * tiles * S), sycl::range<1>(S)),
-             go_cl.const_data_ptr<scalar_t>(), x.const_data_ptr<scalar_t>(), part.mutable_data_ptr<acc>(), p.N, p.C,
-             p.H, p.W, x.stride(0), x.stride(1), x.stride(2), x.stride(3), p.O, p.OH, p.OW, Opg_pad, G, p.KH,
-             p.KW, p.stride[0], p.stride[1], p.padding[0], p.padding[1], p.dilation[0], p.dilation[1], splits);
+      int64_t Opg_pad = Opg, splits = 0;
+      at::Tensor part;
+      if (gw_groups) {
+        const int64_t G_pad = ceil_div(G, S) * S;
+        const int64_t tiles = ceil_div(p.KH * p.KW, Conv2dConfig::kGradWeightGroupsR) * Cpg * Opg * (G_pad / S);
+        const int64_t packed = G * p.KH * p.KW * Cpg * Opg;
+        splits = pixel_splits(M, tiles, packed);
+        part = at::empty({splits, packed}, acc_opts);
+        const sycl::kernel k = get_kernel(q, kConv2dGroup, grad_weight_groups_name(type, S));
+        launch(q, k, sycl::nd_range<1>(sycl::range<1>(splits * tiles * S), sycl::range<1>(S)),
+               go.const_data_ptr<scalar_t>(), x.const_data_ptr<scalar_t>(), part.mutable_data_ptr<acc>(), p.N, p.C,
+               p.H, p.W, x.stride(0), x.stride(1), x.stride(2), x.stride(3), p.O, p.OH, p.OW, go.stride(0),
+               go.stride(1), go.stride(2), go.stride(3), G_pad, G, p.KH, p.KW, p.stride[0], p.stride[1],
+               p.padding[0], p.padding[1], p.dilation[0], p.dilation[1], splits);
+      } else {
+        const Tile tile = igemm_tile(Opg);
+        Opg_pad = ceil_div(Opg, S * tile.Q) * S * tile.Q;
+        const int64_t tiles = G * p.KH * p.KW * ceil_div(Cpg, tile.R) * (Opg_pad / (S * tile.Q));
+        const int64_t packed = G * p.KH * p.KW * Cpg * Opg_pad;
+        splits = pixel_splits(M, tiles, packed);
+        part = at::empty({splits, packed}, acc_opts);
+        const sycl::kernel k = get_kernel(q, kConv2dGroup, grad_weight_name(type, S, tile));
+        launch(q, k, sycl::nd_range<1>(sycl::range<1>(splits * tiles * S), sycl::range<1>(S)),
+               go_cl.const_data_ptr<scalar_t>(), x.const_data_ptr<scalar_t>(), part.mutable_data_ptr<acc>(), p.N,
+               p.C, p.H, p.W, x.stride(0), x.stride(1), x.stride(2), x.stride(3), p.O, p.OH, p.OW, Opg_pad, G, p.KH,
+               p.KW, p.stride[0], p.stride[1], p.padding[0], p.padding[1], p.dilation[0], p.dilation[1], splits);
+      }
       // In-order queue: the reduction runs after the partial sums.
       sycl::event e = launch_reduce<scalar_t>(q, traits, part, gw, G, Opg, Opg_pad, Cpg, p.KH, p.KW, p.channels_last);
       wait_if_host(go, e);

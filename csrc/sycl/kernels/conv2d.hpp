@@ -350,6 +350,94 @@ XK_ND_KERNEL(1)
   }
 }
 
+// ------------------------------------------------------------------ grad_weight partial sums, lanes over groups
+// For depthwise / many-group convolutions (see conv2d_igemm_groups): lane l handles group
+// gb*S + l; a work-group owns (split s, S groups, one output channel o and input channel c of
+// each group, R consecutive taps t = kh*KW + kw) and keeps R accumulators per lane. Per pixel:
+// one grad_output vector, then per tap one input vector (contiguous across lanes when the
+// group stride Cpg*sC is 1: depthwise, channels_last) and one FMA.
+// part[s, g, kh, kw, c, o] as conv2d_grad_weight with Opg_pad = Opg (no padding).
+// grad_output [N, O, OH, OW] and input [N, C, H, W] with element strides (gN..gW), (sN..sW).
+// Launch: nd_range<1>, local size S, global size S * splits * ceil(KH*KW / R) * Cpg * Opg * (G_pad / S).
+template <typename T, int S, int R>
+XK_ND_KERNEL(1)
+[[sycl::reqd_sub_group_size(S)]] void conv2d_grad_weight_groups(
+    const T* go, const T* x, acc_t<T>* part, int64_t N, int64_t C, int64_t H, int64_t W, int64_t sN, int64_t sC,
+    int64_t sH, int64_t sW, int64_t O, int64_t OH, int64_t OW, int64_t gN, int64_t gC, int64_t gH, int64_t gW,
+    int64_t G_pad, int64_t G, int64_t KH, int64_t KW, int64_t sh, int64_t sw, int64_t ph, int64_t pw, int64_t dh,
+    int64_t dw, int64_t splits) {
+  using A = acc_t<T>;
+  const auto it = item<1>();
+  const int64_t lane = static_cast<int64_t>(it.get_local_id(0));
+  int64_t tile = static_cast<int64_t>(it.get_group(0));
+  const int64_t Cpg = C / G, Opg = O / G, T_taps = KH * KW;
+  const int64_t gblocks = G_pad / S, tblocks = (T_taps + R - 1) / R;
+  const int64_t g = (tile % gblocks) * S + lane;
+  tile /= gblocks;
+  const int64_t o = tile % Opg;
+  tile /= Opg;
+  const int64_t c = tile % Cpg;
+  tile /= Cpg;
+  const int64_t t0 = (tile % tblocks) * R;
+  const int64_t s = tile / tblocks;
+  const bool gin = g < G;
+
+  const int64_t M = N * OH * OW;
+  const int64_t chunk = (M + splits - 1) / splits;
+  const int64_t mb = s * chunk;
+  const int64_t me = (mb + chunk < M) ? mb + chunk : M;
+
+  // Taps of this block (past the last tap: repeat tap t0, never stored).
+  int64_t tkh[R], tkw[R];
+#pragma unroll
+  for (int r = 0; r < R; ++r) {
+    const int64_t t = (t0 + r < T_taps) ? t0 + r : t0;
+    tkh[r] = t / KW;
+    tkw[r] = t - tkh[r] * KW;
+  }
+
+  A acc[R];
+#pragma unroll
+  for (int r = 0; r < R; ++r) acc[r] = A(0);
+
+  const T* lane_go = go + (g * Opg + o) * gC;
+  const T* lane_x = x + (g * Cpg + c) * sC;
+  if (mb < me) {
+    int64_t n = mb / (OH * OW);
+    const int64_t rem = mb - n * (OH * OW);
+    int64_t oy = rem / OW, ox = rem - oy * OW;
+    for (int64_t m = mb; m < me; ++m) {
+      A gv = A(0);
+      if (gin) gv = load<T>(lane_go, n * gN + oy * gH + ox * gW);
+#pragma unroll
+      for (int r = 0; r < R; ++r) {
+        const int64_t iy = oy * sh - ph + tkh[r] * dh, ix = ox * sw - pw + tkw[r] * dw;
+        const bool ok = iy >= 0 && iy < H && ix >= 0 && ix < W;
+        A v = A(0);
+        if (gin) v = load<T>(lane_x, ok ? n * sN + iy * sH + ix * sW : 0);
+        acc[r] = sycl::fma(gv, ok ? v : A(0), acc[r]);
+      }
+      if (++ox == OW) {
+        ox = 0;
+        if (++oy == OH) {
+          oy = 0;
+          ++n;
+        }
+      }
+    }
+  }
+
+  if (gin) {
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+      if (t0 + r < T_taps) {
+        const int64_t kh = tkh[r], kw = tkw[r];
+        part[((((s * G + g) * KH + kh) * KW + kw) * Cpg + c) * Opg + o] = acc[r];
+      }
+    }
+  }
+}
+
 // ------------------------------------------------------------------ grad_bias partial sums
 // part[s, o] (o padded to O_pad, a multiple of S) = sum over the pixels m of split s of grad_output[m, o],
 // M = N*OH*OW pixels; grad_output [N, O, OH, OW] has element strides (sN, sC, sH, sW): lanes run
