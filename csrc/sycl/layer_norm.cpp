@@ -21,7 +21,7 @@ struct LayerNormConfig {
   static constexpr int64_t kGpuRowsPerGroup = 8;     // same, GPUs
   static constexpr int64_t kAssumedSubGroup = 16;    // lanes per sub-group the local size is sized for
   static constexpr int64_t kMaxGroups = 1 << 16;     // rows are grid-strided beyond this
-  static constexpr int64_t kColumnTile = 64;         // work-items per work-group for column (dw/db) kernels
+  static constexpr int64_t kColumnTile = 64;         // work-items per work-group, dw/db stage 2
   static constexpr int64_t kRowsPerBlock = 32;       // rows summed per stage-1 partial (dw/db)
   static constexpr int64_t kMaxBlocks = 256;         // at most this many partials per column
 };
@@ -78,10 +78,9 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> layer_norm_forward(const at::Tens
   return {out.view(input.sizes()), mean, rstd};
 }
 
-std::tuple<at::Tensor, at::Tensor, at::Tensor> layer_norm_backward(const at::Tensor& grad_output,
-                                                                   const at::Tensor& input, const at::Tensor& mean,
-                                                                   const at::Tensor& rstd, const at::Tensor& weight,
-                                                                   const LayerNormProblem& p, std::array<bool, 3> mask) {
+std::tuple<at::Tensor, at::Tensor, at::Tensor> layer_norm_backward(
+    const at::Tensor& grad_output, const at::Tensor& input, const at::Tensor& mean, const at::Tensor& rstd,
+    const at::Tensor& weight, const LayerNormProblem& p, std::array<bool, 3> mask) {
   const at::Tensor x = input.contiguous(), dy = grad_output.contiguous();
   const at::Tensor w = weight.defined() ? weight.contiguous() : weight;
   const auto stat_dtype = entry::layer_norm_stat_dtype(x.scalar_type());
@@ -113,7 +112,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> layer_norm_backward(const at::Ten
       const int64_t cols = ceil_div(p.N, C::kColumnTile) * C::kColumnTile;
       const sycl::kernel k1 =
           get_kernel(q, kLayerNormGroup, kernel_name<scalar_t>("xk::layer_norm_bwd_wb_partial"));
-      launch(q, k1, sycl::nd_range<2>(sycl::range<2>(blocks, cols), sycl::range<2>(1, C::kColumnTile)),
+      launch(q, k1, row_range(traits, blocks),  // one sub-group per block of rows
              dy.const_data_ptr<scalar_t>(), x.const_data_ptr<scalar_t>(), MU, RS,
              want_w ? part_w.mutable_data_ptr<acc>() : nullptr, want_b ? part_b.mutable_data_ptr<acc>() : nullptr,
              p.M, p.N, rows_per_block);
