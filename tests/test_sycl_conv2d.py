@@ -59,6 +59,15 @@ CASES = [
 ]
 CASE_IDS = [c[0] for c in CASES]
 
+# Enough pixels that each work-group takes several pixel tiles (the last one partial). Their
+# grad_weight / grad_bias reduce over ~1700-1900 pixels, beyond the few hundred terms the
+# tolerances of tests/tolerances.py are sized for: exact small-integer checks, plus float
+# checks with the reduction-length budget below.
+MANY_PIXEL_CASES = [
+    ("1x1_many_pixels", (2, 4, 30, 31), (8, 4, 1, 1), (1, 1), (0, 0), (1, 1), 1),
+    ("depthwise_many_pixels", (1, 16, 40, 41), (16, 1, 3, 3), (1, 1), (1, 1), (1, 1), 16),
+]
+
 # (input channels_last, weight channels_last)
 LAYOUTS = [(False, False), (True, False), (False, True), (True, True)]
 LAYOUT_IDS = ["nchw", "cl_input", "cl_weight", "cl_both"]
@@ -146,7 +155,7 @@ def test_forward_backward_vs_float64_and_reference(case, layout, dtype):
 
 
 @pytest.mark.parametrize("layout", LAYOUTS, ids=LAYOUT_IDS)
-@pytest.mark.parametrize("case", CASES, ids=CASE_IDS)
+@pytest.mark.parametrize("case", CASES + MANY_PIXEL_CASES, ids=CASE_IDS + [c[0] for c in MANY_PIXEL_CASES])
 def test_small_integers_exact(case, layout):
     name, xs, ws, stride, padding, dilation, groups = case
     x = _layout(_small_ints(xs), layout[0])
@@ -159,6 +168,28 @@ def test_small_integers_exact(case, layout):
     assert torch.equal(out.double(), exp_out), f"{name}: output not exact"
     for g, e, what in zip(grads, exp_grads, ("grad_input", "grad_weight", "grad_bias")):
         assert torch.equal(g.double(), e), f"{name}: {what} not exact, max diff {(g.double() - e).abs().max()}"
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=[str(d).replace("torch.", "") for d in DTYPES])
+@pytest.mark.parametrize("layout", LAYOUTS, ids=LAYOUT_IDS)
+@pytest.mark.parametrize("case", MANY_PIXEL_CASES, ids=[c[0] for c in MANY_PIXEL_CASES])
+def test_many_pixels_vs_float64(case, layout, dtype):
+    name, xs, ws, stride, padding, dilation, groups = case
+    x = _layout(_randn(xs, dtype), layout[0])
+    w = _layout(_randn(ws, dtype), layout[1])
+    b = _randn((ws[0],), dtype)
+    out_shape = F.conv2d(x.double(), w.double(), None, stride, padding, dilation, groups).shape
+    grad_out = _layout(_randn(out_shape, dtype), layout[0] or layout[1])
+    exp_out, exp_grads = _oracle(x, w, b, stride, padding, dilation, groups, grad_out)
+    out, grads = _run("sycl", x, w, b, stride, padding, dilation, groups, grad_out)
+    assert_close(out, exp_out, dtype, f"{name}: output")  # reductions of <= 9 terms
+    assert_close(grads[0], exp_grads[0], dtype, f"{name}: grad_input")
+    # ~1900-term sums of O(1) products: |sum| ~ 45, float32 accumulation error ~ n * 2^-24 * 45 ~ 5e-3 worst
+    # case, typically ~1e-4; half types are dominated by their final rounding (rtol).
+    rtol, atol = tolerance(dtype)
+    for g, e, what in zip(grads[1:], exp_grads[1:], ("grad_weight", "grad_bias")):
+        budget = atol if dtype == torch.float64 else max(atol, 1e-3)
+        torch.testing.assert_close(g.double(), e, rtol=rtol, atol=budget, msg=lambda m: f"{name}: {what} ({dtype}): {m}")
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=[str(d).replace("torch.", "") for d in DTYPES])

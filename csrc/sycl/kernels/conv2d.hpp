@@ -43,13 +43,16 @@ namespace xk {
 //      FOLLOWED BY at least one zero element: taps that fall outside the source read that
 //      zero with channel stride 0, so the inner loop has no branch and no 0*Inf.
 // bias: [Cd] or null (forward only). dst: [N, Cd, Hd, Wd] in the DST_CL/NCHW memory format.
-// Launch: nd_range<1>, local size S, global size S * ceil(N*Hd*Wd / R) * G * ceil(Cd/G / (S*Q)).
+// tiles_per_group: consecutive R-pixel tiles each work-group computes.
+// Launch: nd_range<1>, local size S,
+// global size S * ceil(ceil(N*Hd*Wd / R) / tiles_per_group) * G * ceil(Cd/G / (S*Q)).
 template <typename T, bool DST_CL, int S, int R, int Q>
 XK_ND_KERNEL(1)
 [[sycl::reqd_sub_group_size(S)]] void conv2d_igemm(
     const T* src, const T* wpk, const T* bias, T* dst, int64_t N, int64_t Cs, int64_t Hs, int64_t Ws, int64_t sN,
     int64_t sC, int64_t sH, int64_t sW, int64_t Cd, int64_t Hd, int64_t Wd, int64_t Cd_pad, int64_t G, int64_t KH,
-    int64_t KW, int64_t sh, int64_t sw, int64_t ph, int64_t pw, int64_t dh, int64_t dw, int32_t transposed) {
+    int64_t KW, int64_t sh, int64_t sw, int64_t ph, int64_t pw, int64_t dh, int64_t dw, int32_t transposed,
+    int64_t tiles_per_group) {
   using A = acc_t<T>;
   const auto it = item<1>();
   const int64_t lane = static_cast<int64_t>(it.get_local_id(0));
@@ -59,91 +62,96 @@ XK_ND_KERNEL(1)
   const int64_t ct = tile % ctiles;
   tile /= ctiles;
   const int64_t g = tile % G;
-  const int64_t m0 = (tile / G) * R;
   const int64_t HWd = Hd * Wd, M = N * HWd;
   const T* zero = wpk + G * KH * KW * Csg * Cd_pad;
+  // Consecutive pixel tiles per work-group (amortises the per-work-group cost of short
+  // reductions such as 1x1 and depthwise layers).
+  for (int64_t pt = 0; pt < tiles_per_group; ++pt) {
+    const int64_t m0 = ((tile / G) * tiles_per_group + pt) * R;
+    if (m0 >= M) break;
 
-  // Destination pixels of this tile (uniform): one division, then stepping along the rows.
-  // Pixels past the end repeat the last one (computed, not stored).
-  int64_t pn[R], py[R], px[R];
-  {
-    int64_t n = m0 / HWd;
-    const int64_t rem = m0 - n * HWd;
-    int64_t y = rem / Wd, x = rem - y * Wd;
+    // Destination pixels of this tile (uniform): one division, then stepping along the rows.
+    // Pixels past the end repeat the last one (computed, not stored).
+    int64_t pn[R], py[R], px[R];
+    {
+      int64_t n = m0 / HWd;
+      const int64_t rem = m0 - n * HWd;
+      int64_t y = rem / Wd, x = rem - y * Wd;
 #pragma unroll
-    for (int r = 0; r < R; ++r) {
-      pn[r] = n;
-      py[r] = y;
-      px[r] = x;
-      if (m0 + r + 1 < M && ++x == Wd) {
-        x = 0;
-        if (++y == Hd) {
-          y = 0;
-          ++n;
+      for (int r = 0; r < R; ++r) {
+        pn[r] = n;
+        py[r] = y;
+        px[r] = x;
+        if (m0 + r + 1 < M && ++x == Wd) {
+          x = 0;
+          if (++y == Hd) {
+            y = 0;
+            ++n;
+          }
         }
       }
     }
-  }
 
-  A acc[R][Q];
+    A acc[R][Q];
 #pragma unroll
-  for (int r = 0; r < R; ++r)
+    for (int r = 0; r < R; ++r)
 #pragma unroll
-    for (int q = 0; q < Q; ++q) acc[r][q] = A(0);
+      for (int q = 0; q < Q; ++q) acc[r][q] = A(0);
 
-  const T* wg = wpk + g * KH * KW * Csg * Cd_pad + ct * (S * Q) + lane;
-  for (int64_t kh = 0; kh < KH; ++kh) {
-    for (int64_t kw = 0; kw < KW; ++kw) {
-      // Source channels of each destination pixel at this tap: (pointer, channel stride sC),
-      // or (zero, stride 0) when the tap falls outside the source.
-      const T* sp[R];
-      int64_t cs[R];
-#pragma unroll
-      for (int r = 0; r < R; ++r) {
-        int64_t sy, sx;
-        bool valid;
-        if (!transposed) {
-          sy = py[r] * sh - ph + kh * dh;
-          sx = px[r] * sw - pw + kw * dw;
-          valid = sy >= 0 && sy < Hs && sx >= 0 && sx < Ws;
-        } else {
-          // Unit strides skip the (slow, per pixel and tap) integer divisions.
-          const int64_t ty = py[r] + ph - kh * dh, tx = px[r] + pw - kw * dw;
-          sy = sh == 1 ? ty : ty / sh;
-          sx = sw == 1 ? tx : tx / sw;
-          valid = ty >= 0 && tx >= 0 && sy < Hs && sx < Ws && (sh == 1 || sy * sh == ty) &&
-                  (sw == 1 || sx * sw == tx);
-        }
-        sp[r] = valid ? src + pn[r] * sN + sy * sH + sx * sW + g * Csg * sC : zero;
-        cs[r] = valid ? sC : 0;
-      }
-      const T* wk = wg + (kh * KW + kw) * Csg * Cd_pad;
-      for (int64_t i = 0; i < Csg; ++i) {
-        A w[Q];
-#pragma unroll
-        for (int q = 0; q < Q; ++q) w[q] = load<T>(wk, i * Cd_pad + q * S);
+    const T* wg = wpk + g * KH * KW * Csg * Cd_pad + ct * (S * Q) + lane;
+    for (int64_t kh = 0; kh < KH; ++kh) {
+      for (int64_t kw = 0; kw < KW; ++kw) {
+        // Source channels of each destination pixel at this tap: (pointer, channel stride sC),
+        // or (zero, stride 0) when the tap falls outside the source.
+        const T* sp[R];
+        int64_t cs[R];
 #pragma unroll
         for (int r = 0; r < R; ++r) {
-          const A a = load<T>(sp[r], i * cs[r]);
+          int64_t sy, sx;
+          bool valid;
+          if (!transposed) {
+            sy = py[r] * sh - ph + kh * dh;
+            sx = px[r] * sw - pw + kw * dw;
+            valid = sy >= 0 && sy < Hs && sx >= 0 && sx < Ws;
+          } else {
+            // Unit strides skip the (slow, per pixel and tap) integer divisions.
+            const int64_t ty = py[r] + ph - kh * dh, tx = px[r] + pw - kw * dw;
+            sy = sh == 1 ? ty : ty / sh;
+            sx = sw == 1 ? tx : tx / sw;
+            valid = ty >= 0 && tx >= 0 && sy < Hs && sx < Ws && (sh == 1 || sy * sh == ty) &&
+                    (sw == 1 || sx * sw == tx);
+          }
+          sp[r] = valid ? src + pn[r] * sN + sy * sH + sx * sW + g * Csg * sC : zero;
+          cs[r] = valid ? sC : 0;
+        }
+        const T* wk = wg + (kh * KW + kw) * Csg * Cd_pad;
+        for (int64_t i = 0; i < Csg; ++i) {
+          A w[Q];
 #pragma unroll
-          for (int q = 0; q < Q; ++q) acc[r][q] = sycl::fma(a, w[q], acc[r][q]);
+          for (int q = 0; q < Q; ++q) w[q] = load<T>(wk, i * Cd_pad + q * S);
+#pragma unroll
+          for (int r = 0; r < R; ++r) {
+            const A a = load<T>(sp[r], i * cs[r]);
+#pragma unroll
+            for (int q = 0; q < Q; ++q) acc[r][q] = sycl::fma(a, w[q], acc[r][q]);
+          }
         }
       }
     }
-  }
 
-  // Epilogue: bias, convert, store the valid pixels and channels.
+    // Epilogue: bias, convert, store the valid pixels and channels.
 #pragma unroll
-  for (int q = 0; q < Q; ++q) {
-    const int64_t j = ct * (S * Q) + q * S + lane;
-    if (j < Cdg) {
-      const int64_t ch = g * Cdg + j;
-      const A b = bias != nullptr ? load<T>(bias, ch) : A(0);
+    for (int q = 0; q < Q; ++q) {
+      const int64_t j = ct * (S * Q) + q * S + lane;
+      if (j < Cdg) {
+        const int64_t ch = g * Cdg + j;
+        const A b = bias != nullptr ? load<T>(bias, ch) : A(0);
 #pragma unroll
-      for (int r = 0; r < R; ++r) {
-        if (m0 + r < M) {
-          const int64_t o = DST_CL ? (m0 + r) * Cd + ch : (pn[r] * Cd + ch) * HWd + py[r] * Wd + px[r];
-          store<T>(dst, o, acc[r][q] + b);
+        for (int r = 0; r < R; ++r) {
+          if (m0 + r < M) {
+            const int64_t o = DST_CL ? (m0 + r) * Cd + ch : (pn[r] * Cd + ch) * HWd + py[r] * Wd + px[r];
+            store<T>(dst, o, acc[r][q] + b);
+          }
         }
       }
     }
@@ -159,13 +167,14 @@ XK_ND_KERNEL(1)
 // contiguous when that stride is 1, i.e. depthwise and channels_last, else a gather), R FMAs.
 // wpk: packed weight [KH, KW, Cs/G, Cd/G, G_pad] (G_pad = G rounded up to S, zero padded).
 // Other arguments as conv2d_igemm. Launch: nd_range<1>, local size S,
-// global size S * ceil(N*Hd*Wd / R) * (Cd/G) * (G_pad / S).
+// global size S * ceil(ceil(N*Hd*Wd / R) / tiles_per_group) * (Cd/G) * (G_pad / S).
 template <typename T, bool DST_CL, int S, int R>
 XK_ND_KERNEL(1)
 [[sycl::reqd_sub_group_size(S)]] void conv2d_igemm_groups(
     const T* src, const T* wpk, const T* bias, T* dst, int64_t N, int64_t Cs, int64_t Hs, int64_t Ws, int64_t sN,
     int64_t sC, int64_t sH, int64_t sW, int64_t Cd, int64_t Hd, int64_t Wd, int64_t G_pad, int64_t G, int64_t KH,
-    int64_t KW, int64_t sh, int64_t sw, int64_t ph, int64_t pw, int64_t dh, int64_t dw, int32_t transposed) {
+    int64_t KW, int64_t sh, int64_t sw, int64_t ph, int64_t pw, int64_t dh, int64_t dw, int32_t transposed,
+    int64_t tiles_per_group) {
   using A = acc_t<T>;
   const auto it = item<1>();
   const int64_t lane = static_cast<int64_t>(it.get_local_id(0));
@@ -175,81 +184,86 @@ XK_ND_KERNEL(1)
   const int64_t g = (tile % gblocks) * S + lane;
   tile /= gblocks;
   const int64_t j = tile % Cdg;
-  const int64_t m0 = (tile / Cdg) * R;
   const int64_t HWd = Hd * Wd, M = N * HWd;
   const bool gin = g < G;
+  // Consecutive pixel tiles per work-group (amortises the per-work-group cost of short
+  // reductions such as 1x1 and depthwise layers).
+  for (int64_t pt = 0; pt < tiles_per_group; ++pt) {
+    const int64_t m0 = ((tile / Cdg) * tiles_per_group + pt) * R;
+    if (m0 >= M) break;
 
-  int64_t pn[R], py[R], px[R];
-  {
-    int64_t n = m0 / HWd;
-    const int64_t rem = m0 - n * HWd;
-    int64_t y = rem / Wd, x = rem - y * Wd;
-#pragma unroll
-    for (int r = 0; r < R; ++r) {
-      pn[r] = n;
-      py[r] = y;
-      px[r] = x;
-      if (m0 + r + 1 < M && ++x == Wd) {
-        x = 0;
-        if (++y == Hd) {
-          y = 0;
-          ++n;
-        }
-      }
-    }
-  }
-
-  A acc[R];
-#pragma unroll
-  for (int r = 0; r < R; ++r) acc[r] = A(0);
-
-  const T* lane_src = src + g * Csg * sC;  // this lane's group, source channel 0
-  for (int64_t kh = 0; kh < KH; ++kh) {
-    for (int64_t kw = 0; kw < KW; ++kw) {
-      // Pixel offset of each destination pixel at this tap (0 when outside: read, then dropped).
-      int64_t off[R];
-      bool ok[R];
+    int64_t pn[R], py[R], px[R];
+    {
+      int64_t n = m0 / HWd;
+      const int64_t rem = m0 - n * HWd;
+      int64_t y = rem / Wd, x = rem - y * Wd;
 #pragma unroll
       for (int r = 0; r < R; ++r) {
-        int64_t sy, sx;
-        bool valid;
-        if (!transposed) {
-          sy = py[r] * sh - ph + kh * dh;
-          sx = px[r] * sw - pw + kw * dw;
-          valid = sy >= 0 && sy < Hs && sx >= 0 && sx < Ws;
-        } else {
-          // Unit strides skip the (slow, per pixel and tap) integer divisions.
-          const int64_t ty = py[r] + ph - kh * dh, tx = px[r] + pw - kw * dw;
-          sy = sh == 1 ? ty : ty / sh;
-          sx = sw == 1 ? tx : tx / sw;
-          valid = ty >= 0 && tx >= 0 && sy < Hs && sx < Ws && (sh == 1 || sy * sh == ty) &&
-                  (sw == 1 || sx * sw == tx);
-        }
-        ok[r] = valid;
-        off[r] = valid ? pn[r] * sN + sy * sH + sx * sW : 0;
-      }
-      const T* wk = wpk + ((kh * KW + kw) * Csg * Cdg + j) * G_pad + g;
-      for (int64_t i = 0; i < Csg; ++i) {
-        const A w = load<T>(wk, i * Cdg * G_pad);
-#pragma unroll
-        for (int r = 0; r < R; ++r) {
-          A v = A(0);
-          if (gin) v = load<T>(lane_src, off[r] + i * sC);
-          const A a = ok[r] ? v : A(0);
-          acc[r] = sycl::fma(a, w, acc[r]);
+        pn[r] = n;
+        py[r] = y;
+        px[r] = x;
+        if (m0 + r + 1 < M && ++x == Wd) {
+          x = 0;
+          if (++y == Hd) {
+            y = 0;
+            ++n;
+          }
         }
       }
     }
-  }
 
-  if (gin) {
-    const int64_t ch = g * Cdg + j;
-    const A b = bias != nullptr ? load<T>(bias, ch) : A(0);
+    A acc[R];
 #pragma unroll
-    for (int r = 0; r < R; ++r) {
-      if (m0 + r < M) {
-        const int64_t o = DST_CL ? (m0 + r) * Cd + ch : (pn[r] * Cd + ch) * HWd + py[r] * Wd + px[r];
-        store<T>(dst, o, acc[r] + b);
+    for (int r = 0; r < R; ++r) acc[r] = A(0);
+
+    const T* lane_src = src + g * Csg * sC;  // this lane's group, source channel 0
+    for (int64_t kh = 0; kh < KH; ++kh) {
+      for (int64_t kw = 0; kw < KW; ++kw) {
+        // Pixel offset of each destination pixel at this tap (0 when outside: read, then dropped).
+        int64_t off[R];
+        bool ok[R];
+#pragma unroll
+        for (int r = 0; r < R; ++r) {
+          int64_t sy, sx;
+          bool valid;
+          if (!transposed) {
+            sy = py[r] * sh - ph + kh * dh;
+            sx = px[r] * sw - pw + kw * dw;
+            valid = sy >= 0 && sy < Hs && sx >= 0 && sx < Ws;
+          } else {
+            // Unit strides skip the (slow, per pixel and tap) integer divisions.
+            const int64_t ty = py[r] + ph - kh * dh, tx = px[r] + pw - kw * dw;
+            sy = sh == 1 ? ty : ty / sh;
+            sx = sw == 1 ? tx : tx / sw;
+            valid = ty >= 0 && tx >= 0 && sy < Hs && sx < Ws && (sh == 1 || sy * sh == ty) &&
+                    (sw == 1 || sx * sw == tx);
+          }
+          ok[r] = valid;
+          off[r] = valid ? pn[r] * sN + sy * sH + sx * sW : 0;
+        }
+        const T* wk = wpk + ((kh * KW + kw) * Csg * Cdg + j) * G_pad + g;
+        for (int64_t i = 0; i < Csg; ++i) {
+          const A w = load<T>(wk, i * Cdg * G_pad);
+#pragma unroll
+          for (int r = 0; r < R; ++r) {
+            A v = A(0);
+            if (gin) v = load<T>(lane_src, off[r] + i * sC);
+            const A a = ok[r] ? v : A(0);
+            acc[r] = sycl::fma(a, w, acc[r]);
+          }
+        }
+      }
+    }
+
+    if (gin) {
+      const int64_t ch = g * Cdg + j;
+      const A b = bias != nullptr ? load<T>(bias, ch) : A(0);
+#pragma unroll
+      for (int r = 0; r < R; ++r) {
+        if (m0 + r < M) {
+          const int64_t o = DST_CL ? (m0 + r) * Cd + ch : (pn[r] * Cd + ch) * HWd + py[r] * Wd + px[r];
+          store<T>(dst, o, acc[r] + b);
+        }
       }
     }
   }
