@@ -117,7 +117,8 @@ def _oracle(x, w, b, stride, padding, dilation, groups, grad_out):
     params = [xd, wd] + ([bd] if bd is not None else [])
     grads = torch.autograd.grad(out, params, grad_out.double())
     channel_dim = grad_out.dim() - 3
-    gb = grads[2] if bd is not None else grad_out.double().sum(dim=[d for d in range(grad_out.dim()) if d != channel_dim])
+    other_dims = [d for d in range(grad_out.dim()) if d != channel_dim]
+    gb = grads[2] if bd is not None else grad_out.double().sum(dim=other_dims)
     return out.detach(), (grads[0], grads[1], gb)
 
 
@@ -189,7 +190,8 @@ def test_many_pixels_vs_float64(case, layout, dtype):
     rtol, atol = tolerance(dtype)
     for g, e, what in zip(grads[1:], exp_grads[1:], ("grad_weight", "grad_bias")):
         budget = atol if dtype == torch.float64 else max(atol, 1e-3)
-        torch.testing.assert_close(g.double(), e, rtol=rtol, atol=budget, msg=lambda m: f"{name}: {what} ({dtype}): {m}")
+        torch.testing.assert_close(g.double(), e, rtol=rtol, atol=budget,
+                                   msg=lambda m: f"{name}: {what} ({dtype}): {m}")
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=[str(d).replace("torch.", "") for d in DTYPES])
