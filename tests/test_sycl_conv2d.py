@@ -8,6 +8,7 @@ Every case is checked three ways:
   * small-integer float32 inputs, for which every product and partial sum is an exact integer:
     output and all three gradients must equal the float64 oracle exactly.
 The cases cover the kernels' code paths: wide (>= 48 channels per group) and narrow tiles,
+lanes over groups (depthwise and other many-group, few-channel convolutions),
 channel counts that are not multiples of the lane vectors, pixel counts that are not multiples
 of the pixel tile, taps outside the image (padding), strides (grad_input's exact-division
 taps), dilation, groups and depthwise, NCHW and channels_last input and/or weight, unbatched.
@@ -47,6 +48,9 @@ CASES = [
     ("groups3_stride2", (1, 9, 9, 8), (6, 3, 2, 3), (2, 2), (1, 1), (1, 1), 3),
     ("depthwise", (2, 6, 9, 7), (6, 1, 3, 3), (1, 1), (1, 1), (1, 1), 6),
     ("depthwise_mult2_stride2", (1, 4, 11, 9), (8, 1, 3, 3), (2, 2), (1, 1), (1, 1), 4),
+    ("depthwise_20_groups_dilated", (2, 20, 7, 6), (20, 1, 3, 3), (1, 1), (2, 1), (2, 1), 20),  # 2 lane blocks
+    ("groups24_2in_1out", (1, 48, 6, 5), (24, 2, 3, 2), (1, 2), (1, 1), (1, 1), 24),
+    ("depthwise_5x5_stride2", (2, 5, 12, 11), (5, 1, 5, 5), (2, 2), (2, 2), (1, 1), 5),  # 25 taps: 3 tap blocks
     ("wide_tile", (1, 5, 6, 7), (70, 5, 3, 3), (1, 1), (1, 1), (1, 1), 1),  # 70 = 64 + 6 channels
     ("wide_tile_bwd", (1, 70, 5, 4), (9, 70, 1, 3), (1, 1), (0, 1), (1, 1), 1),  # grad_input: 70 channels
     ("wide_groups", (1, 100, 4, 5), (100, 50, 1, 1), (1, 1), (0, 0), (1, 1), 2),
@@ -54,6 +58,15 @@ CASES = [
     ("padding_larger_than_kernel", (1, 2, 3, 3), (3, 2, 2, 2), (1, 1), (3, 2), (1, 1), 1),
 ]
 CASE_IDS = [c[0] for c in CASES]
+
+# Enough pixels that each work-group takes several pixel tiles (the last one partial). Their
+# grad_weight / grad_bias reduce over ~1700-1900 pixels, beyond the few hundred terms the
+# tolerances of tests/tolerances.py are sized for: exact small-integer checks, plus float
+# checks with the reduction-length budget below.
+MANY_PIXEL_CASES = [
+    ("1x1_many_pixels", (2, 4, 30, 31), (8, 4, 1, 1), (1, 1), (0, 0), (1, 1), 1),
+    ("depthwise_many_pixels", (1, 16, 40, 41), (16, 1, 3, 3), (1, 1), (1, 1), (1, 1), 16),
+]
 
 # (input channels_last, weight channels_last)
 LAYOUTS = [(False, False), (True, False), (False, True), (True, True)]
@@ -104,7 +117,8 @@ def _oracle(x, w, b, stride, padding, dilation, groups, grad_out):
     params = [xd, wd] + ([bd] if bd is not None else [])
     grads = torch.autograd.grad(out, params, grad_out.double())
     channel_dim = grad_out.dim() - 3
-    gb = grads[2] if bd is not None else grad_out.double().sum(dim=[d for d in range(grad_out.dim()) if d != channel_dim])
+    other_dims = [d for d in range(grad_out.dim()) if d != channel_dim]
+    gb = grads[2] if bd is not None else grad_out.double().sum(dim=other_dims)
     return out.detach(), (grads[0], grads[1], gb)
 
 
@@ -142,7 +156,7 @@ def test_forward_backward_vs_float64_and_reference(case, layout, dtype):
 
 
 @pytest.mark.parametrize("layout", LAYOUTS, ids=LAYOUT_IDS)
-@pytest.mark.parametrize("case", CASES, ids=CASE_IDS)
+@pytest.mark.parametrize("case", CASES + MANY_PIXEL_CASES, ids=CASE_IDS + [c[0] for c in MANY_PIXEL_CASES])
 def test_small_integers_exact(case, layout):
     name, xs, ws, stride, padding, dilation, groups = case
     x = _layout(_small_ints(xs), layout[0])
@@ -155,6 +169,29 @@ def test_small_integers_exact(case, layout):
     assert torch.equal(out.double(), exp_out), f"{name}: output not exact"
     for g, e, what in zip(grads, exp_grads, ("grad_input", "grad_weight", "grad_bias")):
         assert torch.equal(g.double(), e), f"{name}: {what} not exact, max diff {(g.double() - e).abs().max()}"
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=[str(d).replace("torch.", "") for d in DTYPES])
+@pytest.mark.parametrize("layout", LAYOUTS, ids=LAYOUT_IDS)
+@pytest.mark.parametrize("case", MANY_PIXEL_CASES, ids=[c[0] for c in MANY_PIXEL_CASES])
+def test_many_pixels_vs_float64(case, layout, dtype):
+    name, xs, ws, stride, padding, dilation, groups = case
+    x = _layout(_randn(xs, dtype), layout[0])
+    w = _layout(_randn(ws, dtype), layout[1])
+    b = _randn((ws[0],), dtype)
+    out_shape = F.conv2d(x.double(), w.double(), None, stride, padding, dilation, groups).shape
+    grad_out = _layout(_randn(out_shape, dtype), layout[0] or layout[1])
+    exp_out, exp_grads = _oracle(x, w, b, stride, padding, dilation, groups, grad_out)
+    out, grads = _run("sycl", x, w, b, stride, padding, dilation, groups, grad_out)
+    assert_close(out, exp_out, dtype, f"{name}: output")  # reductions of <= 9 terms
+    assert_close(grads[0], exp_grads[0], dtype, f"{name}: grad_input")
+    # ~1900-term sums of O(1) products: |sum| ~ 45, float32 accumulation error ~ n * 2^-24 * 45 ~ 5e-3 worst
+    # case, typically ~1e-4; half types are dominated by their final rounding (rtol).
+    rtol, atol = tolerance(dtype)
+    for g, e, what in zip(grads[1:], exp_grads[1:], ("grad_weight", "grad_bias")):
+        budget = atol if dtype == torch.float64 else max(atol, 1e-3)
+        torch.testing.assert_close(g.double(), e, rtol=rtol, atol=budget,
+                                   msg=lambda m: f"{name}: {what} ({dtype}): {m}")
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=[str(d).replace("torch.", "") for d in DTYPES])

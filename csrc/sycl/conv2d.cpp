@@ -41,6 +41,19 @@ struct Conv2dConfig {
   // The wide tile is used from this many destination channels per group (at 48 a quarter
   // of its lanes idle; below that the narrow tile does less wasted work).
   static constexpr int64_t kWideMinChannels = 48;
+  // Lanes over groups (conv2d_igemm_groups) when that keeps more lanes busy than lanes over
+  // the channels of one group (depthwise: 16 of 16 instead of 1 of 16); R pixels per
+  // work-group, R accumulators per lane.
+  static constexpr int kGroupsR = 8;
+  // Destination-pixel GEMMs: consecutive pixel tiles per work-group so that each work-group
+  // runs at least kMinStepsPerGroup reduction steps (a work-group costs a fixed dispatch
+  // overhead on the CPU device; 1x1 layers with 64 channels ran at a third of the speed of
+  // 3x3 layers with one tile per work-group), up to kMaxTilesPerGroup, keeping at least
+  // kTargetGroups work-groups.
+  static constexpr int64_t kMinStepsPerGroup = 512;
+  static constexpr int64_t kMaxTilesPerGroup = 32;
+  // grad_weight with lanes over groups: R taps per work-group (a 3x3 kernel in one block).
+  static constexpr int kGradWeightGroupsR = 9;
   // grad_weight / grad_bias reduce over N*OH*OW pixels, split into chunks that each
   // work-group sums into its own partial result (a second kernel adds the partials in a
   // fixed order). Work-groups of one chunk run back to back, so a chunk of
@@ -82,9 +95,17 @@ std::string igemm_name(const char* type, bool dst_cl, int64_t S, Tile t) {
   return std::string("xk::conv2d_igemm<") + type + ", " + (dst_cl ? "true" : "false") + ", " + std::to_string(S) +
          ", " + std::to_string(t.R) + ", " + std::to_string(t.Q) + ">";
 }
+std::string igemm_groups_name(const char* type, bool dst_cl, int64_t S) {
+  return std::string("xk::conv2d_igemm_groups<") + type + ", " + (dst_cl ? "true" : "false") + ", " +
+         std::to_string(S) + ", " + std::to_string(Conv2dConfig::kGroupsR) + ">";
+}
 std::string grad_weight_name(const char* type, int64_t S, Tile t) {
   return std::string("xk::conv2d_grad_weight<") + type + ", " + std::to_string(S) + ", " + std::to_string(t.R) +
          ", " + std::to_string(t.Q) + ">";
+}
+std::string grad_weight_groups_name(const char* type, int64_t S) {
+  return std::string("xk::conv2d_grad_weight_groups<") + type + ", " + std::to_string(S) + ", " +
+         std::to_string(Conv2dConfig::kGradWeightGroupsR) + ">";
 }
 std::string grad_bias_name(const char* type, int64_t S) {
   return std::string("xk::conv2d_grad_bias<") + type + ", " + std::to_string(S) + ">";
@@ -101,6 +122,9 @@ std::vector<std::string> conv2d_kernel_names(const DeviceTraits& t) {
       out.push_back(igemm_name(type, false, S, tile));
       out.push_back(grad_weight_name(type, S, tile));
     }
+    out.push_back(igemm_groups_name(type, true, S));
+    out.push_back(igemm_groups_name(type, false, S));
+    out.push_back(grad_weight_groups_name(type, S));
     out.push_back(grad_bias_name(type, S));
     out.push_back(reduce_name(type));
   };
@@ -116,8 +140,8 @@ const KernelGroup& kConv2dGroup = register_kernel_group({"conv2d.hpp", conv2d_ke
 // `t` (4-D, or 3-D unbatched) as a 4-D view.
 at::Tensor as_4d(const at::Tensor& t) { return t.dim() == 3 ? t.unsqueeze(0) : t; }
 
-// The weight [O, C/G, KH, KW] packed for a destination-pixel GEMM, flattened, with one
-// trailing zero: forward ([G, KH, KW, C/G, O/G -> pad]) or grad_input ([G, KH, KW, O/G, C/G -> pad]).
+// The weight [O, C/G, KH, KW] packed for conv2d_igemm, flattened, with one trailing zero:
+// forward [G, KH, KW, C/G, O/G -> dst_pad], grad_input [G, KH, KW, O/G, C/G -> dst_pad].
 at::Tensor pack_weight(const at::Tensor& weight, const Conv2dProblem& p, bool transposed, int64_t dst_pad) {
   const int64_t G = p.groups, Opg = p.O_per_group(), Cpg = p.C_per_group();
   const at::Tensor w5 = weight.reshape({G, Opg, Cpg, p.KH, p.KW});
@@ -129,30 +153,71 @@ at::Tensor pack_weight(const at::Tensor& weight, const Conv2dProblem& p, bool tr
   return packed;
 }
 
-struct IgemmArgs {
-  const at::Tensor& src;  // [N, Cs, Hs, Ws], any strides
-  const at::Tensor& wpk;  // pack_weight(...)
-  const at::Tensor& bias;  // [Cd] or undefined
-  at::Tensor& dst;        // [N, Cd, Hd, Wd], channels_last or NCHW
-  bool transposed;
-};
+// The weight packed for conv2d_igemm_groups: forward [KH, KW, C/G, O/G, G -> g_pad],
+// grad_input [KH, KW, O/G, C/G, G -> g_pad].
+at::Tensor pack_weight_groups(const at::Tensor& weight, const Conv2dProblem& p, bool transposed, int64_t g_pad) {
+  const int64_t G = p.groups, Opg = p.O_per_group(), Cpg = p.C_per_group();
+  const at::Tensor w5 = weight.reshape({G, Opg, Cpg, p.KH, p.KW});
+  const at::Tensor src = transposed ? w5.permute({3, 4, 1, 2, 0}) : w5.permute({3, 4, 2, 1, 0});
+  const int64_t src_ch = transposed ? Opg : Cpg, dst_ch = transposed ? Cpg : Opg;
+  at::Tensor packed = at::zeros({p.KH, p.KW, src_ch, dst_ch, g_pad}, weight.options());
+  packed.narrow(4, 0, G).copy_(src);
+  return packed;
+}
 
-// Launches conv2d_igemm for forward (src = input, dst = output) or grad_input
-// (src = grad_output, dst = grad_input).
+// Lanes over groups keep more lanes busy than lanes over the dst_pg channels of one group.
+bool group_lanes_pay(int64_t S, int64_t G, int64_t dst_pg) {
+  // G / (G rounded up to S)  >  dst_pg / (dst_pg rounded up to S), cross-multiplied.
+  return G * (ceil_div(dst_pg, S) * S) > dst_pg * (ceil_div(G, S) * S);
+}
+
+// The destination-pixel GEMM: forward (src = input, dst = output, bias fused) or grad_input
+// (transposed: src = grad_output, dst = grad_input, no bias). Picks lanes over channels
+// (conv2d_igemm, wide or narrow tile) or over groups (conv2d_igemm_groups), packs the weight
+// for it, launches and (CPU tensors) waits.
 template <typename scalar_t>
-sycl::event launch_igemm(sycl::queue& q, const DeviceTraits& traits, const Conv2dProblem& p, const IgemmArgs& a,
-                         bool dst_cl, int64_t S, Tile tile, int64_t dst_pad) {
-  const int64_t N = a.src.size(0), Cs = a.src.size(1), Hs = a.src.size(2), Ws = a.src.size(3);
-  const int64_t Cd = a.dst.size(1), Hd = a.dst.size(2), Wd = a.dst.size(3);
+void run_destination_gemm(sycl::queue& q, const DeviceTraits& traits, const Conv2dProblem& p, const at::Tensor& src,
+                          const at::Tensor& weight, const at::Tensor& bias, at::Tensor& dst, bool transposed) {
+  const int64_t S = lanes_for(traits, std::is_same_v<scalar_t, double>);
+  const char* type = kernel_type_name<scalar_t>();
   const int64_t G = p.groups;
-  const int64_t tiles = ceil_div(N * Hd * Wd, tile.R) * G * (dst_pad / (S * tile.Q));
-  const sycl::kernel k = get_kernel(q, kConv2dGroup, igemm_name(kernel_type_name<scalar_t>(), dst_cl, S, tile));
-  return launch(q, k, sycl::nd_range<1>(sycl::range<1>(tiles * S), sycl::range<1>(S)),
-                a.src.const_data_ptr<scalar_t>(), a.wpk.const_data_ptr<scalar_t>(),
-                a.bias.defined() ? a.bias.const_data_ptr<scalar_t>() : nullptr, a.dst.mutable_data_ptr<scalar_t>(),
-                N, Cs, Hs, Ws, a.src.stride(0), a.src.stride(1), a.src.stride(2), a.src.stride(3), Cd, Hd, Wd,
-                dst_pad, G, p.KH, p.KW, p.stride[0], p.stride[1], p.padding[0], p.padding[1], p.dilation[0],
-                p.dilation[1], static_cast<int32_t>(a.transposed ? 1 : 0));
+  const int64_t dst_pg = transposed ? p.C_per_group() : p.O_per_group();
+  const int64_t N = src.size(0), Cs = src.size(1), Hs = src.size(2), Ws = src.size(3);
+  const int64_t Cd = dst.size(1), Hd = dst.size(2), Wd = dst.size(3);
+  const int64_t M = N * Hd * Wd;
+  at::Tensor wpk;
+  std::string name;
+  int64_t pad = 0, tiles = 0;
+  int64_t pixel_tiles = 0, other = 0;  // work-groups = ceil(pixel_tiles / per_group) * other
+  if (group_lanes_pay(S, G, dst_pg)) {
+    pad = ceil_div(G, S) * S;
+    wpk = pack_weight_groups(weight, p, transposed, pad);
+    pixel_tiles = ceil_div(M, Conv2dConfig::kGroupsR);
+    other = dst_pg * (pad / S);
+    name = igemm_groups_name(type, p.channels_last, S);
+  } else {
+    const Tile tile = igemm_tile(dst_pg);
+    pad = ceil_div(dst_pg, S * tile.Q) * S * tile.Q;
+    wpk = pack_weight(weight, p, transposed, pad);
+    pixel_tiles = ceil_div(M, tile.R);
+    other = G * (pad / (S * tile.Q));
+    name = igemm_name(type, p.channels_last, S, tile);
+  }
+  using C = Conv2dConfig;
+  const int64_t steps = (Cs / G) * p.KH * p.KW;  // reduction steps per tile
+  const int64_t by_steps = std::min(C::kMaxTilesPerGroup, ceil_div(C::kMinStepsPerGroup, steps));
+  const int64_t by_groups = std::max<int64_t>(1, pixel_tiles * other / C::kTargetGroups);
+  const int64_t per_group = std::max<int64_t>(1, std::min(by_steps, by_groups));
+  tiles = ceil_div(pixel_tiles, per_group) * other;
+  const sycl::kernel k = get_kernel(q, kConv2dGroup, name);
+  // Both kernels take the same arguments (pad: destination channels per group, or groups, padded).
+  sycl::event e = launch(q, k, sycl::nd_range<1>(sycl::range<1>(tiles * S), sycl::range<1>(S)),
+                         src.const_data_ptr<scalar_t>(), wpk.const_data_ptr<scalar_t>(),
+                         bias.defined() ? bias.const_data_ptr<scalar_t>() : nullptr, dst.mutable_data_ptr<scalar_t>(),
+                         N, Cs, Hs, Ws, src.stride(0), src.stride(1), src.stride(2), src.stride(3), Cd, Hd, Wd, pad,
+                         G, p.KH, p.KW, p.stride[0], p.stride[1], p.padding[0], p.padding[1], p.dilation[0],
+                         p.dilation[1], static_cast<int32_t>(transposed ? 1 : 0), per_group);
+  wait_if_host(src, e);  // wpk is freed when this returns
 }
 
 // Number of pixel splits for a reduction over M pixels with `tiles` work-groups per split
@@ -186,14 +251,8 @@ at::Tensor conv2d(const at::Tensor& input, const at::Tensor& weight, const at::T
   at::Tensor out = at::empty({p.N, p.O, p.OH, p.OW}, input.options().memory_format(out_fmt));
   sycl::queue& q = queue_for(x);
   const DeviceTraits& traits = traits_of(q);
-  sycl::event done;
   XK_DISPATCH_FLOATING_TYPES(x.scalar_type(), "conv2d", [&] {
-    const int64_t S = lanes_for(traits, std::is_same_v<scalar_t, double>);
-    const Tile tile = igemm_tile(p.O_per_group());
-    const int64_t pad = ceil_div(p.O_per_group(), S * tile.Q) * S * tile.Q;
-    const at::Tensor wpk = pack_weight(weight, p, /*transposed=*/false, pad);
-    done = launch_igemm<scalar_t>(q, traits, p, IgemmArgs{x, wpk, b, out, false}, p.channels_last, S, tile, pad);
-    wait_if_host(x, done);  // wpk is freed at the end of this scope
+    run_destination_gemm<scalar_t>(q, traits, p, x, weight, b, out, /*transposed=*/false);
   });
   return p.batched ? out : out.view(p.out_sizes());
 }
@@ -216,30 +275,43 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> conv2d_backward(const at::Tensor&
     const char* type = kernel_type_name<scalar_t>();
     if (mask[0]) {  // grad_input: transposed convolution of grad_output with the weight
       gi = at::empty({p.N, p.C, p.H, p.W}, input.options().memory_format(fmt));
-      const Tile tile = igemm_tile(Cpg);
-      const int64_t pad = ceil_div(Cpg, S * tile.Q) * S * tile.Q;
-      const at::Tensor wpk = pack_weight(weight, p, /*transposed=*/true, pad);
-      const at::Tensor none;
-      sycl::event e = launch_igemm<scalar_t>(q, traits, p, IgemmArgs{go, wpk, none, gi, true}, p.channels_last, S,
-                                             tile, pad);
-      wait_if_host(go, e);
+      run_destination_gemm<scalar_t>(q, traits, p, go, weight, at::Tensor(), gi, /*transposed=*/true);
       if (!p.batched) gi = gi.view(input.sizes());
     }
-    // grad_weight loads grad_output's channels as vectors: it needs channels_last memory.
-    const at::Tensor go_cl = mask[1] ? go.contiguous(at::MemoryFormat::ChannelsLast) : at::Tensor();
+    // grad_weight with lanes over channels loads grad_output's channels as vectors: it needs
+    // channels_last memory (lanes over groups read any strides).
+    const bool gw_groups = group_lanes_pay(S, G, Opg);
+    const at::Tensor go_cl =
+        mask[1] && !gw_groups ? go.contiguous(at::MemoryFormat::ChannelsLast) : at::Tensor();
     if (mask[1]) {  // grad_weight: split reduction over pixels, then an ordered sum of the splits
       gw = at::empty(weight.sizes(), weight.options().memory_format(fmt));
-      const Tile tile = igemm_tile(Opg);
-      const int64_t Opg_pad = ceil_div(Opg, S * tile.Q) * S * tile.Q;
-      const int64_t tiles = G * p.KH * p.KW * ceil_div(Cpg, tile.R) * (Opg_pad / (S * tile.Q));
-      const int64_t packed = G * p.KH * p.KW * Cpg * Opg_pad;
-      const int64_t splits = pixel_splits(M, tiles, packed);
-      at::Tensor part = at::empty({splits, packed}, acc_opts);
-      const sycl::kernel k = get_kernel(q, kConv2dGroup, grad_weight_name(type, S, tile));
-      launch(q, k, sycl::nd_range<1>(sycl::range<1>(splits * tiles * S), sycl::range<1>(S)),
-             go_cl.const_data_ptr<scalar_t>(), x.const_data_ptr<scalar_t>(), part.mutable_data_ptr<acc>(), p.N, p.C,
-             p.H, p.W, x.stride(0), x.stride(1), x.stride(2), x.stride(3), p.O, p.OH, p.OW, Opg_pad, G, p.KH,
-             p.KW, p.stride[0], p.stride[1], p.padding[0], p.padding[1], p.dilation[0], p.dilation[1], splits);
+      int64_t Opg_pad = Opg, splits = 0;
+      at::Tensor part;
+      if (gw_groups) {
+        const int64_t G_pad = ceil_div(G, S) * S;
+        const int64_t tiles = ceil_div(p.KH * p.KW, Conv2dConfig::kGradWeightGroupsR) * Cpg * Opg * (G_pad / S);
+        const int64_t packed = G * p.KH * p.KW * Cpg * Opg;
+        splits = pixel_splits(M, tiles, packed);
+        part = at::empty({splits, packed}, acc_opts);
+        const sycl::kernel k = get_kernel(q, kConv2dGroup, grad_weight_groups_name(type, S));
+        launch(q, k, sycl::nd_range<1>(sycl::range<1>(splits * tiles * S), sycl::range<1>(S)),
+               go.const_data_ptr<scalar_t>(), x.const_data_ptr<scalar_t>(), part.mutable_data_ptr<acc>(), p.N, p.C,
+               p.H, p.W, x.stride(0), x.stride(1), x.stride(2), x.stride(3), p.O, p.OH, p.OW, go.stride(0),
+               go.stride(1), go.stride(2), go.stride(3), G_pad, G, p.KH, p.KW, p.stride[0], p.stride[1],
+               p.padding[0], p.padding[1], p.dilation[0], p.dilation[1], splits);
+      } else {
+        const Tile tile = igemm_tile(Opg);
+        Opg_pad = ceil_div(Opg, S * tile.Q) * S * tile.Q;
+        const int64_t tiles = G * p.KH * p.KW * ceil_div(Cpg, tile.R) * (Opg_pad / (S * tile.Q));
+        const int64_t packed = G * p.KH * p.KW * Cpg * Opg_pad;
+        splits = pixel_splits(M, tiles, packed);
+        part = at::empty({splits, packed}, acc_opts);
+        const sycl::kernel k = get_kernel(q, kConv2dGroup, grad_weight_name(type, S, tile));
+        launch(q, k, sycl::nd_range<1>(sycl::range<1>(splits * tiles * S), sycl::range<1>(S)),
+               go_cl.const_data_ptr<scalar_t>(), x.const_data_ptr<scalar_t>(), part.mutable_data_ptr<acc>(), p.N,
+               p.C, p.H, p.W, x.stride(0), x.stride(1), x.stride(2), x.stride(3), p.O, p.OH, p.OW, Opg_pad, G, p.KH,
+               p.KW, p.stride[0], p.stride[1], p.padding[0], p.padding[1], p.dilation[0], p.dilation[1], splits);
+      }
       // In-order queue: the reduction runs after the partial sums.
       sycl::event e = launch_reduce<scalar_t>(q, traits, part, gw, G, Opg, Opg_pad, Cpg, p.KH, p.KW, p.channels_last);
       wait_if_host(go, e);

@@ -43,13 +43,16 @@ namespace xk {
 //      FOLLOWED BY at least one zero element: taps that fall outside the source read that
 //      zero with channel stride 0, so the inner loop has no branch and no 0*Inf.
 // bias: [Cd] or null (forward only). dst: [N, Cd, Hd, Wd] in the DST_CL/NCHW memory format.
-// Launch: nd_range<1>, local size S, global size S * ceil(N*Hd*Wd / R) * G * ceil(Cd/G / (S*Q)).
+// tiles_per_group: consecutive R-pixel tiles each work-group computes.
+// Launch: nd_range<1>, local size S,
+// global size S * ceil(ceil(N*Hd*Wd / R) / tiles_per_group) * G * ceil(Cd/G / (S*Q)).
 template <typename T, bool DST_CL, int S, int R, int Q>
 XK_ND_KERNEL(1)
 [[sycl::reqd_sub_group_size(S)]] void conv2d_igemm(
     const T* src, const T* wpk, const T* bias, T* dst, int64_t N, int64_t Cs, int64_t Hs, int64_t Ws, int64_t sN,
     int64_t sC, int64_t sH, int64_t sW, int64_t Cd, int64_t Hd, int64_t Wd, int64_t Cd_pad, int64_t G, int64_t KH,
-    int64_t KW, int64_t sh, int64_t sw, int64_t ph, int64_t pw, int64_t dh, int64_t dw, int32_t transposed) {
+    int64_t KW, int64_t sh, int64_t sw, int64_t ph, int64_t pw, int64_t dh, int64_t dw, int32_t transposed,
+    int64_t tiles_per_group) {
   using A = acc_t<T>;
   const auto it = item<1>();
   const int64_t lane = static_cast<int64_t>(it.get_local_id(0));
@@ -59,79 +62,207 @@ XK_ND_KERNEL(1)
   const int64_t ct = tile % ctiles;
   tile /= ctiles;
   const int64_t g = tile % G;
-  const int64_t m0 = (tile / G) * R;
   const int64_t HWd = Hd * Wd, M = N * HWd;
   const T* zero = wpk + G * KH * KW * Csg * Cd_pad;
+  // Consecutive pixel tiles per work-group (amortises the per-work-group cost of short
+  // reductions such as 1x1 and depthwise layers).
+  for (int64_t pt = 0; pt < tiles_per_group; ++pt) {
+    const int64_t m0 = ((tile / G) * tiles_per_group + pt) * R;
+    if (m0 >= M) break;
 
-  // Destination pixels of this tile (uniform). Pixels past the end repeat the last one.
-  int64_t pn[R], py[R], px[R];
-#pragma unroll
-  for (int r = 0; r < R; ++r) {
-    const int64_t m = (m0 + r < M) ? m0 + r : M - 1;
-    pn[r] = m / HWd;
-    const int64_t rem = m - pn[r] * HWd;
-    py[r] = rem / Wd;
-    px[r] = rem - py[r] * Wd;
-  }
-
-  A acc[R][Q];
-#pragma unroll
-  for (int r = 0; r < R; ++r)
-#pragma unroll
-    for (int q = 0; q < Q; ++q) acc[r][q] = A(0);
-
-  const T* wg = wpk + g * KH * KW * Csg * Cd_pad + ct * (S * Q) + lane;
-  for (int64_t kh = 0; kh < KH; ++kh) {
-    for (int64_t kw = 0; kw < KW; ++kw) {
-      // Source channels of each destination pixel at this tap: (pointer, channel stride sC),
-      // or (zero, stride 0) when the tap falls outside the source.
-      const T* sp[R];
-      int64_t cs[R];
+    // Destination pixels of this tile (uniform): one division, then stepping along the rows.
+    // Pixels past the end repeat the last one (computed, not stored).
+    int64_t pn[R], py[R], px[R];
+    {
+      int64_t n = m0 / HWd;
+      const int64_t rem = m0 - n * HWd;
+      int64_t y = rem / Wd, x = rem - y * Wd;
 #pragma unroll
       for (int r = 0; r < R; ++r) {
-        int64_t sy, sx;
-        bool valid;
-        if (!transposed) {
-          sy = py[r] * sh - ph + kh * dh;
-          sx = px[r] * sw - pw + kw * dw;
-          valid = sy >= 0 && sy < Hs && sx >= 0 && sx < Ws;
-        } else {
-          const int64_t ty = py[r] + ph - kh * dh, tx = px[r] + pw - kw * dw;
-          valid = ty >= 0 && tx >= 0 && ty % sh == 0 && tx % sw == 0;
-          sy = ty / sh;
-          sx = tx / sw;
-          valid = valid && sy < Hs && sx < Ws;
+        pn[r] = n;
+        py[r] = y;
+        px[r] = x;
+        if (m0 + r + 1 < M && ++x == Wd) {
+          x = 0;
+          if (++y == Hd) {
+            y = 0;
+            ++n;
+          }
         }
-        sp[r] = valid ? src + pn[r] * sN + sy * sH + sx * sW + g * Csg * sC : zero;
-        cs[r] = valid ? sC : 0;
       }
-      const T* wk = wg + (kh * KW + kw) * Csg * Cd_pad;
-      for (int64_t i = 0; i < Csg; ++i) {
-        A w[Q];
+    }
+
+    A acc[R][Q];
 #pragma unroll
-        for (int q = 0; q < Q; ++q) w[q] = load<T>(wk, i * Cd_pad + q * S);
+    for (int r = 0; r < R; ++r)
+#pragma unroll
+      for (int q = 0; q < Q; ++q) acc[r][q] = A(0);
+
+    const T* wg = wpk + g * KH * KW * Csg * Cd_pad + ct * (S * Q) + lane;
+    for (int64_t kh = 0; kh < KH; ++kh) {
+      for (int64_t kw = 0; kw < KW; ++kw) {
+        // Source channels of each destination pixel at this tap: (pointer, channel stride sC),
+        // or (zero, stride 0) when the tap falls outside the source.
+        const T* sp[R];
+        int64_t cs[R];
 #pragma unroll
         for (int r = 0; r < R; ++r) {
-          const A a = load<T>(sp[r], i * cs[r]);
+          int64_t sy, sx;
+          bool valid;
+          if (!transposed) {
+            sy = py[r] * sh - ph + kh * dh;
+            sx = px[r] * sw - pw + kw * dw;
+            valid = sy >= 0 && sy < Hs && sx >= 0 && sx < Ws;
+          } else {
+            // Unit strides skip the (slow, per pixel and tap) integer divisions.
+            const int64_t ty = py[r] + ph - kh * dh, tx = px[r] + pw - kw * dw;
+            sy = sh == 1 ? ty : ty / sh;
+            sx = sw == 1 ? tx : tx / sw;
+            valid = ty >= 0 && tx >= 0 && sy < Hs && sx < Ws && (sh == 1 || sy * sh == ty) &&
+                    (sw == 1 || sx * sw == tx);
+          }
+          sp[r] = valid ? src + pn[r] * sN + sy * sH + sx * sW + g * Csg * sC : zero;
+          cs[r] = valid ? sC : 0;
+        }
+        const T* wk = wg + (kh * KW + kw) * Csg * Cd_pad;
+        for (int64_t i = 0; i < Csg; ++i) {
+          A w[Q];
 #pragma unroll
-          for (int q = 0; q < Q; ++q) acc[r][q] = sycl::fma(a, w[q], acc[r][q]);
+          for (int q = 0; q < Q; ++q) w[q] = load<T>(wk, i * Cd_pad + q * S);
+#pragma unroll
+          for (int r = 0; r < R; ++r) {
+            const A a = load<T>(sp[r], i * cs[r]);
+#pragma unroll
+            for (int q = 0; q < Q; ++q) acc[r][q] = sycl::fma(a, w[q], acc[r][q]);
+          }
+        }
+      }
+    }
+
+    // Epilogue: bias, convert, store the valid pixels and channels.
+#pragma unroll
+    for (int q = 0; q < Q; ++q) {
+      const int64_t j = ct * (S * Q) + q * S + lane;
+      if (j < Cdg) {
+        const int64_t ch = g * Cdg + j;
+        const A b = bias != nullptr ? load<T>(bias, ch) : A(0);
+#pragma unroll
+        for (int r = 0; r < R; ++r) {
+          if (m0 + r < M) {
+            const int64_t o = DST_CL ? (m0 + r) * Cd + ch : (pn[r] * Cd + ch) * HWd + py[r] * Wd + px[r];
+            store<T>(dst, o, acc[r][q] + b);
+          }
         }
       }
     }
   }
+}
 
-  // Epilogue: bias, convert, store the valid pixels and channels.
+// ------------------------------------------------------------------ destination-pixel GEMM, lanes over groups
+// The same computation as conv2d_igemm for convolutions with few channels per group and many
+// groups (depthwise and similar), where lanes over the channels of one group would mostly idle:
+// here lane l handles group gb*S + l, the work-group owns R destination pixels x S groups x one
+// destination channel j of each group, and each lane keeps R accumulators. Per step: one weight
+// vector (contiguous over groups), R source vectors (lane l reads channel (gb*S+l)*Cs/G + i:
+// contiguous when that stride is 1, i.e. depthwise and channels_last, else a gather), R FMAs.
+// wpk: packed weight [KH, KW, Cs/G, Cd/G, G_pad] (G_pad = G rounded up to S, zero padded).
+// Other arguments as conv2d_igemm. Launch: nd_range<1>, local size S,
+// global size S * ceil(ceil(N*Hd*Wd / R) / tiles_per_group) * (Cd/G) * (G_pad / S).
+template <typename T, bool DST_CL, int S, int R>
+XK_ND_KERNEL(1)
+[[sycl::reqd_sub_group_size(S)]] void conv2d_igemm_groups(
+    const T* src, const T* wpk, const T* bias, T* dst, int64_t N, int64_t Cs, int64_t Hs, int64_t Ws, int64_t sN,
+    int64_t sC, int64_t sH, int64_t sW, int64_t Cd, int64_t Hd, int64_t Wd, int64_t G_pad, int64_t G, int64_t KH,
+    int64_t KW, int64_t sh, int64_t sw, int64_t ph, int64_t pw, int64_t dh, int64_t dw, int32_t transposed,
+    int64_t tiles_per_group) {
+  using A = acc_t<T>;
+  const auto it = item<1>();
+  const int64_t lane = static_cast<int64_t>(it.get_local_id(0));
+  int64_t tile = static_cast<int64_t>(it.get_group(0));
+  const int64_t Csg = Cs / G, Cdg = Cd / G;
+  const int64_t gblocks = G_pad / S;
+  const int64_t g = (tile % gblocks) * S + lane;
+  tile /= gblocks;
+  const int64_t j = tile % Cdg;
+  const int64_t HWd = Hd * Wd, M = N * HWd;
+  const bool gin = g < G;
+  // Consecutive pixel tiles per work-group (amortises the per-work-group cost of short
+  // reductions such as 1x1 and depthwise layers).
+  for (int64_t pt = 0; pt < tiles_per_group; ++pt) {
+    const int64_t m0 = ((tile / Cdg) * tiles_per_group + pt) * R;
+    if (m0 >= M) break;
+
+    int64_t pn[R], py[R], px[R];
+    {
+      int64_t n = m0 / HWd;
+      const int64_t rem = m0 - n * HWd;
+      int64_t y = rem / Wd, x = rem - y * Wd;
 #pragma unroll
-  for (int q = 0; q < Q; ++q) {
-    const int64_t j = ct * (S * Q) + q * S + lane;
-    if (j < Cdg) {
+      for (int r = 0; r < R; ++r) {
+        pn[r] = n;
+        py[r] = y;
+        px[r] = x;
+        if (m0 + r + 1 < M && ++x == Wd) {
+          x = 0;
+          if (++y == Hd) {
+            y = 0;
+            ++n;
+          }
+        }
+      }
+    }
+
+    A acc[R];
+#pragma unroll
+    for (int r = 0; r < R; ++r) acc[r] = A(0);
+
+    const T* lane_src = src + g * Csg * sC;  // this lane's group, source channel 0
+    for (int64_t kh = 0; kh < KH; ++kh) {
+      for (int64_t kw = 0; kw < KW; ++kw) {
+        // Pixel offset of each destination pixel at this tap (0 when outside: read, then dropped).
+        int64_t off[R];
+        bool ok[R];
+#pragma unroll
+        for (int r = 0; r < R; ++r) {
+          int64_t sy, sx;
+          bool valid;
+          if (!transposed) {
+            sy = py[r] * sh - ph + kh * dh;
+            sx = px[r] * sw - pw + kw * dw;
+            valid = sy >= 0 && sy < Hs && sx >= 0 && sx < Ws;
+          } else {
+            // Unit strides skip the (slow, per pixel and tap) integer divisions.
+            const int64_t ty = py[r] + ph - kh * dh, tx = px[r] + pw - kw * dw;
+            sy = sh == 1 ? ty : ty / sh;
+            sx = sw == 1 ? tx : tx / sw;
+            valid = ty >= 0 && tx >= 0 && sy < Hs && sx < Ws && (sh == 1 || sy * sh == ty) &&
+                    (sw == 1 || sx * sw == tx);
+          }
+          ok[r] = valid;
+          off[r] = valid ? pn[r] * sN + sy * sH + sx * sW : 0;
+        }
+        const T* wk = wpk + ((kh * KW + kw) * Csg * Cdg + j) * G_pad + g;
+        for (int64_t i = 0; i < Csg; ++i) {
+          const A w = load<T>(wk, i * Cdg * G_pad);
+#pragma unroll
+          for (int r = 0; r < R; ++r) {
+            A v = A(0);
+            if (gin) v = load<T>(lane_src, off[r] + i * sC);
+            const A a = ok[r] ? v : A(0);
+            acc[r] = sycl::fma(a, w, acc[r]);
+          }
+        }
+      }
+    }
+
+    if (gin) {
       const int64_t ch = g * Cdg + j;
       const A b = bias != nullptr ? load<T>(bias, ch) : A(0);
 #pragma unroll
       for (int r = 0; r < R; ++r) {
         if (m0 + r < M) {
           const int64_t o = DST_CL ? (m0 + r) * Cd + ch : (pn[r] * Cd + ch) * HWd + py[r] * Wd + px[r];
-          store<T>(dst, o, acc[r][q] + b);
+          store<T>(dst, o, acc[r] + b);
         }
       }
     }
@@ -229,6 +360,94 @@ XK_ND_KERNEL(1)
     if (c0 + r < Cpg) {
 #pragma unroll
       for (int q = 0; q < Q; ++q) pp[r * Opg_pad + q * S] = acc[r][q];
+    }
+  }
+}
+
+// ------------------------------------------------------------------ grad_weight partial sums, lanes over groups
+// For depthwise / many-group convolutions (see conv2d_igemm_groups): lane l handles group
+// gb*S + l; a work-group owns (split s, S groups, one output channel o and input channel c of
+// each group, R consecutive taps t = kh*KW + kw) and keeps R accumulators per lane. Per pixel:
+// one grad_output vector, then per tap one input vector (contiguous across lanes when the
+// group stride Cpg*sC is 1: depthwise, channels_last) and one FMA.
+// part[s, g, kh, kw, c, o] as conv2d_grad_weight with Opg_pad = Opg (no padding).
+// grad_output [N, O, OH, OW] and input [N, C, H, W] with element strides (gN..gW), (sN..sW).
+// Launch: nd_range<1>, local size S, global size S * splits * ceil(KH*KW / R) * Cpg * Opg * (G_pad / S).
+template <typename T, int S, int R>
+XK_ND_KERNEL(1)
+[[sycl::reqd_sub_group_size(S)]] void conv2d_grad_weight_groups(
+    const T* go, const T* x, acc_t<T>* part, int64_t N, int64_t C, int64_t H, int64_t W, int64_t sN, int64_t sC,
+    int64_t sH, int64_t sW, int64_t O, int64_t OH, int64_t OW, int64_t gN, int64_t gC, int64_t gH, int64_t gW,
+    int64_t G_pad, int64_t G, int64_t KH, int64_t KW, int64_t sh, int64_t sw, int64_t ph, int64_t pw, int64_t dh,
+    int64_t dw, int64_t splits) {
+  using A = acc_t<T>;
+  const auto it = item<1>();
+  const int64_t lane = static_cast<int64_t>(it.get_local_id(0));
+  int64_t tile = static_cast<int64_t>(it.get_group(0));
+  const int64_t Cpg = C / G, Opg = O / G, T_taps = KH * KW;
+  const int64_t gblocks = G_pad / S, tblocks = (T_taps + R - 1) / R;
+  const int64_t g = (tile % gblocks) * S + lane;
+  tile /= gblocks;
+  const int64_t o = tile % Opg;
+  tile /= Opg;
+  const int64_t c = tile % Cpg;
+  tile /= Cpg;
+  const int64_t t0 = (tile % tblocks) * R;
+  const int64_t s = tile / tblocks;
+  const bool gin = g < G;
+
+  const int64_t M = N * OH * OW;
+  const int64_t chunk = (M + splits - 1) / splits;
+  const int64_t mb = s * chunk;
+  const int64_t me = (mb + chunk < M) ? mb + chunk : M;
+
+  // Taps of this block (past the last tap: repeat tap t0, never stored).
+  int64_t tkh[R], tkw[R];
+#pragma unroll
+  for (int r = 0; r < R; ++r) {
+    const int64_t t = (t0 + r < T_taps) ? t0 + r : t0;
+    tkh[r] = t / KW;
+    tkw[r] = t - tkh[r] * KW;
+  }
+
+  A acc[R];
+#pragma unroll
+  for (int r = 0; r < R; ++r) acc[r] = A(0);
+
+  const T* lane_go = go + (g * Opg + o) * gC;
+  const T* lane_x = x + (g * Cpg + c) * sC;
+  if (mb < me) {
+    int64_t n = mb / (OH * OW);
+    const int64_t rem = mb - n * (OH * OW);
+    int64_t oy = rem / OW, ox = rem - oy * OW;
+    for (int64_t m = mb; m < me; ++m) {
+      A gv = A(0);
+      if (gin) gv = load<T>(lane_go, n * gN + oy * gH + ox * gW);
+#pragma unroll
+      for (int r = 0; r < R; ++r) {
+        const int64_t iy = oy * sh - ph + tkh[r] * dh, ix = ox * sw - pw + tkw[r] * dw;
+        const bool ok = iy >= 0 && iy < H && ix >= 0 && ix < W;
+        A v = A(0);
+        if (gin) v = load<T>(lane_x, ok ? n * sN + iy * sH + ix * sW : 0);
+        acc[r] = sycl::fma(gv, ok ? v : A(0), acc[r]);
+      }
+      if (++ox == OW) {
+        ox = 0;
+        if (++oy == OH) {
+          oy = 0;
+          ++n;
+        }
+      }
+    }
+  }
+
+  if (gin) {
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+      if (t0 + r < T_taps) {
+        const int64_t kh = tkh[r], kw = tkw[r];
+        part[((((s * G + g) * KH + kh) * KW + kw) * Cpg + c) * Opg + o] = acc[r];
+      }
     }
   }
 }
