@@ -435,15 +435,7 @@ def results_for(backend: str) -> dict:
 
 
 # Known bugs in other branches' kernels: strict xfails, so the fix turns them into failures to remove.
-KNOWN_BUGS = {
-    ("sycl", "layer_norm_all_equal_rows"):
-        "SYCL layer_norm (csrc/sycl/kernels/layer_norm.hpp): plain two-pass statistics; a row of equal values whose "
-        "sum/N rounds (0.1 with N=7 in float32) gets a spurious variance and an output != bias (3e-6 off); "
-        "the reference fixed this with a corrected mean (commit 'layer_norm reference: corrected two-pass')",
-    ("sycl", "layer_norm_denormal_and_huge"):
-        "SYCL layer_norm: a variance that overflows (|x| ~ 1e20 in float32) gives rstd 0 and silently returns the "
-        "bias (0) instead of NaN as PyTorch and the reference do",
-}
+KNOWN_BUGS: dict = {}  # (backend, case) -> description; strict xfails until fixed
 
 
 def _hostile_params():

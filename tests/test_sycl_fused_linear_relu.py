@@ -143,7 +143,7 @@ def test_backward_output_mask(variant, mask):
 
 
 def test_relu_mask_uses_output_sign(variant):
-    """grad flows only where output > 0: zeros and NaN outputs block it (as torch's relu backward)."""
+    """grad is blocked where output <= 0 and flows elsewhere, NaN outputs included (torch's relu backward)."""
     x = torch.tensor([[1.0, -1.0], [2.0, 0.5]])
     w = torch.tensor([[1.0, 1.0], [1.0, -1.0], [0.0, 1.0]])  # outputs: [0, 2, -1] and [2.5, 1.5, 0.5]
     out = torch.ops.xkernels.fused_linear_relu(x, w, None)
@@ -151,7 +151,7 @@ def test_relu_mask_uses_output_sign(variant):
     out_with_nan[1, 0] = float("nan")
     go = torch.ones(2, 3)
     gi, gw, gb = torch.ops.xkernels.fused_linear_relu_backward(go, x, w, out_with_nan, [True, True, True])
-    mask = torch.tensor([[0.0, 1.0, 0.0], [0.0, 1.0, 1.0]])
+    mask = torch.tensor([[0.0, 1.0, 0.0], [1.0, 1.0, 1.0]])  # [1, 0] is NaN: passes
     assert torch.equal(gb, mask.sum(0))
     assert torch.equal(gi, mask @ w)
     assert torch.equal(gw, mask.t() @ x)

@@ -353,7 +353,8 @@ void linear_gemm_tiled(const T* A, int64_t a_rs, int64_t a_ks, const T* B, int64
 }
 
 // ------------------------------------------------------------------ backward helpers
-// grad_pre[m, n] = output[m, n] > 0 ? grad_output[m, n] : 0 (all [M, N] contiguous). With COLSUM,
+// grad_pre[m, n] = !(output[m, n] <= 0) ? grad_output[m, n] : 0 (all [M, N] contiguous): the mask
+// of torch.relu's backward, so a NaN output passes its gradient on. With COLSUM,
 // also the column sums of grad_pre over the rows [chunk * rows_per_chunk, ...) into
 // partial[chunk, n] (acc type); linear_column_sum finishes grad_bias from them.
 // Launch: 2-D, global {chunks, ceil(N/16)*16}, local {1, 16}.
@@ -371,7 +372,7 @@ void linear_relu_grad(const T* grad_output, const T* output, T* grad_pre, acc_t<
   acc s = acc(0);
   for (int64_t r = r0; r < r1; ++r) {
     const int64_t i = r * N + n;
-    const T g = linear_detail::ld(output + i) > acc(0) ? grad_output[i] : from_acc<T>(acc(0));
+    const T g = !(linear_detail::ld(output + i) <= acc(0)) ? grad_output[i] : from_acc<T>(acc(0));
     grad_pre[i] = g;
     if constexpr (COLSUM) s = s + to_acc<T>(g);
   }

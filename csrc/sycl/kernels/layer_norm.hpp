@@ -32,13 +32,24 @@ void layer_norm_fwd(const T* x, const T* w, const T* b, T* y, acc_t<T>* mean, ac
     const T* xr = x + row * N;
     A s = 0;
     for (int64_t j = lane; j < N; j += width) s += load(xr, j);
-    const A mu = sub_group_sum(sg, s) / static_cast<A>(N);
-    A sq = 0;
+    const A mu0 = sub_group_sum(sg, s) / static_cast<A>(N);
+    // Corrected two-pass statistics (Chan, Golub & LeVeque), as the reference: sum / N rounds,
+    // so deviations are taken about mu0 and their mean corrects it. A row of equal values then
+    // gets mu == the value exactly and normalizes to exactly 0 (the bias), as in PyTorch.
+    A sd = 0, sq = 0;
     for (int64_t j = lane; j < N; j += width) {
-      const A d = load(xr, j) - mu;
+      const A d = load(xr, j) - mu0;
+      sd += d;
       sq += d * d;
     }
-    const A var = sub_group_sum(sg, sq) / static_cast<A>(N);
+    sd = sub_group_sum(sg, sd);
+    sq = sub_group_sum(sg, sq);
+    const A mu = mu0 + sd / static_cast<A>(N);
+    A var = (sq - sd * (sd / static_cast<A>(N))) / static_cast<A>(N);  // biased, as F.layer_norm
+    if (var < A(0)) var = A(0);                                       // rounding; NaN stays NaN
+    // An overflowing variance has no meaningful reciprocal: rstd 0 would silently turn the row
+    // into the bias. Like PyTorch and the reference, the row becomes NaN.
+    if (sycl::isinf(var)) var = var - var;  // inf - inf: NaN
     const A rs = A(1) / sycl::sqrt(var + eps);
     if (lane == 0) {
       mean[row] = mu;
