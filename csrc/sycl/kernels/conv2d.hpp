@@ -105,6 +105,10 @@ XK_ND_KERNEL(1)
         // or (zero, stride 0) when the tap falls outside the source.
         const T* sp[R];
         int64_t cs[R];
+        // grad_input skips taps outside grad_output (they contribute nothing, as in PyTorch's
+        // backward: a NaN/Inf weight must not turn 0 * w into NaN there). The forward keeps
+        // multiplying padding by the weight: PyTorch's forward makes those outputs NaN too.
+        bool skip[R];
 #pragma unroll
         for (int r = 0; r < R; ++r) {
           int64_t sy, sx;
@@ -123,6 +127,7 @@ XK_ND_KERNEL(1)
           }
           sp[r] = valid ? src + pn[r] * sN + sy * sH + sx * sW + g * Csg * sC : zero;
           cs[r] = valid ? sC : 0;
+          skip[r] = transposed && !valid;
         }
         const T* wk = wg + (kh * KW + kw) * Csg * Cd_pad;
         for (int64_t i = 0; i < Csg; ++i) {
@@ -131,6 +136,7 @@ XK_ND_KERNEL(1)
           for (int q = 0; q < Q; ++q) w[q] = load<T>(wk, i * Cd_pad + q * S);
 #pragma unroll
           for (int r = 0; r < R; ++r) {
+            if (skip[r]) continue;  // uniform across the sub-group: no divergence
             const A a = load<T>(sp[r], i * cs[r]);
 #pragma unroll
             for (int q = 0; q < Q; ++q) acc[r][q] = sycl::fma(a, w[q], acc[r][q]);
@@ -246,6 +252,7 @@ XK_ND_KERNEL(1)
           const A w = load<T>(wk, i * Cdg * G_pad);
 #pragma unroll
           for (int r = 0; r < R; ++r) {
+            if (transposed && !ok[r]) continue;  // grad_input: taps outside grad_output add nothing
             A v = A(0);
             if (gin) v = load<T>(lane_src, off[r] + i * sC);
             const A a = ok[r] ? v : A(0);
