@@ -41,7 +41,7 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
-from typing import Callable, Mapping, Sequence
+from typing import Callable, Iterable, Mapping, Sequence
 
 # --------------------------------------------------------------------------- constants
 
@@ -364,10 +364,37 @@ def resolve_targets(env: Mapping[str, str], tc: Toolchain, cuda_toolkit: Path | 
 _NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(?:::[A-Za-z_][A-Za-z0-9_]*)*(?:<[A-Za-z0-9_:<>, .\-]+>)?$")
 
 
-def read_kernel_manifest(path: Path) -> list[str] | None:
+_KERNEL_PROPERTY = "SYCL_EXT_ONEAPI_FUNCTION_PROPERTY"
+_DEFINE_RE = re.compile(r"^\s*#\s*define\s+([A-Za-z_][A-Za-z0-9_]*)")
+
+
+def _code_lines(text: str) -> list[str]:
+    """The lines of `text` with // comments removed (kernel files use no /* */ around kernels)."""
+    return [line.split("//", 1)[0] for line in text.splitlines()]
+
+
+def kernel_macros(texts: Iterable[str]) -> set[str]:
+    """Macros that mark a kernel (a #define whose body uses SYCL_EXT_ONEAPI_FUNCTION_PROPERTY, such as
+    common.hpp's XK_ND_KERNEL), so that files marking kernels through them count as defining kernels."""
+    found: set[str] = set()
+    for text in texts:
+        for line in _code_lines(text):
+            m = _DEFINE_RE.match(line)
+            if m and _KERNEL_PROPERTY in line[m.end():]:
+                found.add(m.group(1))
+    return found
+
+
+def _defines_kernels(text: str, macros: Iterable[str]) -> bool:
+    markers = [re.compile(r"\b" + re.escape(w) + r"\s*\(") for w in (_KERNEL_PROPERTY, *macros)]
+    return any(not _DEFINE_RE.match(line) and any(m.search(line) for m in markers) for line in _code_lines(text))
+
+
+def read_kernel_manifest(path: Path, macros: Iterable[str] = ()) -> list[str] | None:
     """The registered kernel names a kernel file lists in `// xkernels-aot: <name>` lines.
 
-    None for a helper header (no free-function kernel, no manifest). A file that defines kernels
+    None for a helper header (no free-function kernel, no manifest; a #define of a kernel-marking macro
+    is not a kernel). A file that defines kernels (SYCL_EXT_ONEAPI_FUNCTION_PROPERTY or one of `macros`)
     but lists none raises: its kernels would be missing from the AOT library."""
     text = path.read_text()
     names: list[str] = []
@@ -387,7 +414,7 @@ def read_kernel_manifest(path: Path) -> list[str] | None:
         names.append(name)
     if names:
         return names
-    if "SYCL_EXT_ONEAPI_FUNCTION_PROPERTY" in text:
+    if _defines_kernels(text, macros):
         raise OneAPIError(f"{path} defines free-function kernels but lists no '// {MANIFEST_PREFIX} <name>' lines, "
                           "so the ahead-of-time library would lack them. Add one line per registered kernel name, "
                           f"e.g. '// {MANIFEST_PREFIX} xk::{path.stem}_kernel<float>'")
@@ -592,8 +619,9 @@ def make_plan(env: Mapping[str, str], repo_root: Path, build_dir: Path, library_
     kernels_dir = repo_root / "csrc" / "sycl" / "kernels"
     kernel_files = sorted(kernels_dir.glob("*.hpp")) if kernels_dir.is_dir() else []
     kernels: dict[str, list[str]] = {}
+    macros = kernel_macros(f.read_text() for f in kernel_files)
     for f in kernel_files:
-        names = read_kernel_manifest(f)
+        names = read_kernel_manifest(f, macros)
         if names:
             kernels[f.name] = names
     if not kernels:

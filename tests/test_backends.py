@@ -40,6 +40,21 @@ def test_backends_content():
     assert b["cuda"].built == xkernels._C.with_cuda
 
 
+def test_info_says_where_each_sycl_device_gets_its_kernels():
+    info = xkernels.info()
+    if not xkernels._C.with_sycl:
+        assert "sycl" not in info
+        return
+    usable = [d["name"] for d in xkernels.backends()["sycl"].devices if d.get("usable")]
+    provs = info["sycl"]["provider_devices"]
+    assert [p["device"] for p in provs] == usable
+    for p in provs:
+        assert p["source"] in ("aot-native", "aot-portable", "run-time-compile")
+        assert p["choice"].startswith(p["source"]) and len(p["choice"]) > len(p["source"]) + 2  # with the reason
+        assert (p["image"] == "") == (p["source"] == "run-time-compile")
+    assert isinstance(info["sycl"]["runtime_compile_env"], list)
+
+
 def test_default_is_auto():
     assert xkernels.current_backend() == "auto"
 

@@ -75,6 +75,8 @@ def test_info_text_and_json():
     rc, out = run("info")
     assert rc == 0, out
     assert "backends" in out and "cache" in out and "build" in out
+    if xkernels._C.with_sycl and any(d.get("usable") for d in xkernels._C.sycl.devices()):
+        assert "SYCL kernel provider (per device)" in out  # where each device's kernels come from
     rc, out = run("info", "--json")
     assert rc == 0, out
     doc = json.loads(out)

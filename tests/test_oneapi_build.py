@@ -651,6 +651,45 @@ def test_real_kernel_files_list_their_names(tmp_path):
     assert plan.kernels, "kernel files exist but none lists '// xkernels-aot:' names"
 
 
+def test_kernel_file_names_match_the_built_module():
+    """No drift: the '// xkernels-aot:' lines of every kernel file are exactly the names its host file
+    registers (for every dtype and sub-group profile), as the built module reports them
+    (scripts/aot_kernel_names.py --check; --write regenerates them)."""
+    env = dict(os.environ, PYTHONPATH=str(REPO / "python") + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    p = subprocess.run([sys.executable, str(REPO / "scripts" / "aot_kernel_names.py"), "--check"], cwd=REPO, env=env,
+                       capture_output=True, text=True, timeout=300)
+    if p.returncode == 2 or "No module named 'xkernels" in p.stderr:
+        if os.environ.get("XKERNELS_REQUIRE_SYCL", "") not in ("", "0"):
+            pytest.fail(f"XKERNELS_REQUIRE_SYCL=1 but the SYCL kernel groups are unavailable: {p.stderr[-2000:]}")
+        pytest.skip(f"needs xkernels built with SYCL: {p.stderr.strip()[-300:]}")
+    assert p.returncode == 0, p.stdout + p.stderr
+    # and the planner reads the same lists (with the XK_ND_KERNEL marker seen as a kernel definition)
+    files = sorted((REPO / "csrc" / "sycl" / "kernels").glob("*.hpp"))
+    macros = oneapi.kernel_macros(f.read_text() for f in files)
+    assert "XK_ND_KERNEL" in macros
+    manifests = {f.name: oneapi.read_kernel_manifest(f, macros) for f in files}
+    assert manifests["common.hpp"] is None
+    assert {k for k, v in manifests.items() if v} == {"conv2d.hpp", "fused_linear_relu.hpp", "layer_norm.hpp"}
+
+
+def test_kernel_marking_macros(tmp_path):
+    """A file marking kernels through a macro of a shared header defines kernels; the header defining the
+    macro does not; a macro named only in a comment does not count."""
+    common = "#pragma once\n#define MY_KERNEL(N) SYCL_EXT_ONEAPI_FUNCTION_PROPERTY((x<N>))\n"
+    kern = '#include "common.hpp"\ntemplate <typename T>\nMY_KERNEL(1) void k(T* p) {}\n'
+    doc = '#pragma once\n// use MY_KERNEL(1) to mark kernels\ninline int f() { return 1; }\n'
+    repo = fake_repo(tmp_path / "r", {"common.hpp": common, "k.hpp": kern, "doc.hpp": doc})
+    kdir = repo / "csrc" / "sycl" / "kernels"
+    macros = oneapi.kernel_macros((kdir / n).read_text() for n in ("common.hpp", "k.hpp", "doc.hpp"))
+    assert macros == {"MY_KERNEL"}
+    assert oneapi.read_kernel_manifest(kdir / "common.hpp", macros) is None
+    assert oneapi.read_kernel_manifest(kdir / "doc.hpp", macros) is None
+    with pytest.raises(oneapi.OneAPIError, match="k.hpp defines free-function kernels but lists no"):
+        oneapi.read_kernel_manifest(kdir / "k.hpp", macros)
+    root = fake_oneapi(tmp_path / "oneapi")
+    assert "k.hpp defines free-function kernels" in _error(tmp_path, repo, plan_env(tmp_path, ONEAPI_ROOT=str(root)))
+
+
 def test_setup_py_stops_with_the_planners_message(tmp_path):
     """setup.py calls the planner before CMake; a broken ONEAPI_ROOT ends the build with its message."""
     pytest.importorskip("torch")  # setup.py's build_ext imports the installed torch first

@@ -65,8 +65,15 @@ def test_devices_listed(sycl_cpu):
         sycl_cpu.cpu_status("int8")
 
 
+def _aot_build() -> bool:
+    return xkernels.info()["build_config"].get("sycl_aot", "off") != "off"
+
+
 def test_runtime_facts(sycl_cpu):
-    assert sycl_cpu.provider_kind() == "compiled at run time (kernel_compiler)"
+    if _aot_build():
+        assert sycl_cpu.provider_kind().startswith("ahead of time (icpx ")
+    else:
+        assert sycl_cpu.provider_kind() == "compiled at run time (kernel_compiler)"
     version = sycl_cpu.runtime_version()
     assert version[:4].isdigit() and int(version[:4]) >= 2025, version
     opts = sycl_cpu.build_options()
@@ -81,6 +88,49 @@ def test_runtime_facts(sycl_cpu):
 
 
 # ------------------------------------------------------------------ provider
+
+
+def test_provider_says_per_device_where_kernels_come_from(sycl_cpu):
+    """Every usable device has a choice (provider_choice.h) and, per kernel group built, what it got;
+    without ahead-of-time kernels that is run-time compilation, with the reason."""
+    usable = [d["name"] for d in sycl_cpu.devices() if d["usable"]]
+    provs = sycl_cpu.provider_devices()
+    assert [p["device"] for p in provs] == usable
+    x = torch.randn(3, 8, dtype=torch.float32)
+    with xkernels.use_backend("sycl"):
+        xkernels.layer_norm(x, 8)  # builds (or has built) layer_norm.hpp for the CPU device
+    cpu_name = next(d["name"] for d in sycl_cpu.devices() if d["usable"] and d["type"] == "cpu")
+    cpu = next(p for p in sycl_cpu.provider_devices() if p["device"] == cpu_name)
+    assert cpu["backend"] == "opencl" and cpu["choice"].startswith(cpu["source"] + ":")
+    got = cpu["groups"]["layer_norm.hpp"]
+    if _aot_build():
+        # spir64 is always among the images: the CPU gets SPIR-V (or x86-64 code) unless the runtime refuses
+        assert cpu["source"] in ("aot-portable", "aot-native") and cpu["image"], cpu
+        assert got == cpu["choice"] or got.startswith("run-time-compile: "), got
+    else:
+        assert cpu["source"] == "run-time-compile" and cpu["image"] == ""
+        assert "this build has no ahead-of-time kernels" in cpu["choice"], cpu["choice"]
+        assert got == cpu["choice"]
+        # the OpenCL CPU device needs no environment for the run-time compiler
+        assert sycl_cpu.runtime_compile_env() == []
+    info = xkernels.info()["sycl"]
+    assert info["provider_devices"] == sycl_cpu.provider_devices()
+    assert info["runtime_compile_env"] == sycl_cpu.runtime_compile_env()
+
+
+def test_group_kernel_names_follow_the_device_traits(sycl_cpu):
+    """What the '// xkernels-aot:' lists are derived from: names per dtype and sub-group sizes."""
+    ln = sycl_cpu.group_kernel_names("layer_norm.hpp", False, False, [16])
+    assert ln == [f"xk::{k}<{t}>" for t in ("float", "sycl::ext::oneapi::bfloat16")
+                  for k in ("layer_norm_fwd", "layer_norm_bwd_dx", "layer_norm_bwd_wb_partial", "layer_norm_bwd_wb_final")]
+    assert "xk::layer_norm_fwd<double>" in sycl_cpu.group_kernel_names("layer_norm.hpp", False, True, [16])
+    lin16 = sycl_cpu.group_kernel_names("fused_linear_relu.hpp", True, True, [8, 16, 32])
+    lin32 = sycl_cpu.group_kernel_names("fused_linear_relu.hpp", True, True, [32])
+    assert "xk::linear_gemm_panel<float, true, true>" in lin16 and set(lin32) < set(lin16)
+    conv = sycl_cpu.group_kernel_names("conv2d.hpp", False, True, [32])
+    assert "xk::conv2d_grad_bias<float, 32>" in conv and "xk::conv2d_grad_bias<double, 32>" in conv
+    with pytest.raises(ValueError, match="argument 'file' must name a kernel group .*got 'nope.hpp'"):
+        sycl_cpu.group_kernel_names("nope.hpp", True, True, [16])
 
 
 def test_compile_error_raises_with_log(sycl_cpu):

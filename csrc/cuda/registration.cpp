@@ -4,35 +4,33 @@
 #include <torch/library.h>
 
 #include "xkernels/backend.h"
+#include "xkernels/cuda_key_policy.h"
 #include "xkernels/entry.h"
 
 namespace xkernels {
 
-// CUDA tensors run the native CUDA kernels. 'sycl' would mean SYCL kernels through oneAPI's
-// CUDA plugin (XKERNELS_WITH_SYCL_CUDA builds); 'reference' runs CPU tensors only.
+// Native CUDA (the default) or the SYCL kernels through oneAPI's CUDA plugin; the rules are
+// policy::decide_cuda_key (cuda_key_policy.h), this function gathers its facts and acts on it.
 Backend choose_cuda_backend(const char* op, at::ScalarType dtype) {
-  const Backend req = requested_backend();
+  (void)dtype;  // every dtype the ops accept runs on both
+  policy::CudaKeyFacts facts;
+  facts.native_built = true;  // this file is compiled only with the native CUDA backend
+  // The chooser is not given the tensors' device index; the record names the key ("cuda") and the
+  // SYCL fact is whether the runtime has any usable CUDA device.
   const c10::Device device(c10::kCUDA);
-  switch (req) {
-    case Backend::Reference:
-      TORCH_CHECK(false, "xkernels.", op, ": backend 'reference' was requested but the tensors (dtype ", dtype,
-                  ") are on a CUDA device; the reference backend runs CPU tensors only. Move the tensors to the "
-                  "CPU or select 'auto' or 'cuda'");
-    case Backend::Sycl:
-#ifdef XKERNELS_WITH_SYCL_CUDA
-      if (dispatch_record_enabled()) record_dispatch(op, Backend::Sycl, device, "");
-      return Backend::Sycl;
-#else
-      TORCH_CHECK(false, "xkernels.", op, ": backend 'sycl' was requested for CUDA tensors (dtype ", dtype,
-                  "), but SYCL on CUDA tensors needs the oneAPI CUDA plugin, and this build of xkernels was made "
-                  "without it; select 'auto' or 'cuda' for the native CUDA kernels");
+  const Backend requested = requested_backend();
+#ifdef XKERNELS_WITH_SYCL
+  facts.sycl_built = true;
+  // With native CUDA built only an explicit 'sycl' request depends on this fact; asking only then
+  // keeps SYCL device discovery out of ordinary CUDA calls.
+  if (requested == Backend::Sycl)
+    facts.sycl_sees_device = sycl_cuda_device_available(device.index(), &facts.sycl_why_not);
 #endif
-    case Backend::Cuda:
-    case Backend::Auto:
-    default:
-      if (dispatch_record_enabled()) record_dispatch(op, Backend::Cuda, device, "");
-      return Backend::Cuda;
-  }
+  const policy::CudaKeyDecision d = policy::decide_cuda_key(backend_name(requested), facts, op, device.str());
+  TORCH_CHECK(d.choice != policy::CudaKeyChoice::Error, d.message);
+  const Backend ran = d.choice == policy::CudaKeyChoice::SyclOnCuda ? Backend::Sycl : Backend::Cuda;
+  if (dispatch_record_enabled()) record_dispatch(op, ran, device, d.message);
+  return ran;
 }
 
 }  // namespace xkernels

@@ -107,6 +107,55 @@ void bind_python(py::module_& m) {
       },
       "Registered kernel names (instantiations) of every kernel group.");
   m.def(
+      "group_kernel_names",
+      [](const std::string& file, bool fp16, bool fp64, const std::vector<size_t>& sub_group_sizes) {
+        for (const KernelGroup* g : kernel_groups()) {
+          if (g->file != file) continue;
+          DeviceTraits t;
+          t.fp16 = fp16;
+          t.fp64 = fp64;
+          t.sub_group_sizes = sub_group_sizes;
+          return g->names(t);
+        }
+        TORCH_CHECK_VALUE(false, "xkernels._C.sycl.group_kernel_names: argument 'file' must name a kernel group (",
+                          [] {
+                            std::string known;
+                            for (const KernelGroup* g : kernel_groups()) known += (known.empty() ? "" : ", ") + g->file;
+                            return known;
+                          }(),
+                          "), got '", file, "'");
+      },
+      py::arg("file"), py::arg("fp16"), py::arg("fp64"), py::arg("sub_group_sizes"),
+      "Registered kernel names group `file` asks the provider for on a device with these traits (what its "
+      "'// xkernels-aot:' lines must cover).");
+  m.def(
+      "provider_devices",
+      [] {
+        std::vector<DeviceProvider> devs;
+        {
+          py::gil_scoped_release nogil;
+          devs = provider_devices();
+        }
+        py::list out;
+        for (const auto& p : devs) {
+          py::dict d;
+          d["device"] = p.device;
+          d["backend"] = p.backend;
+          d["source"] = p.source;
+          d["image"] = p.image;
+          d["choice"] = p.choice;
+          py::dict groups;
+          for (const auto& [file, what] : p.groups) groups[py::str(file)] = what;
+          d["groups"] = groups;
+          out.append(d);
+        }
+        return out;
+      },
+      "Per usable device, where its kernels come from: dicts (device, backend, source, image, choice, groups: "
+      "{kernel file: what it got, for the groups built so far}).");
+  m.def("runtime_compile_env", &runtime_compile_env,
+        "Environment set for the runtime's kernel compiler before the first run-time build (one line per variable).");
+  m.def(
       "warmup",
       [](py::object progress) {
         std::function<void(size_t, size_t, const std::string&)> cb;

@@ -1,11 +1,13 @@
 // SYCL runtime glue: device discovery, the persistent CPU-device queue, device traits,
 // launch validation and the kernel provider (see runtime.h for the contract).
 //
-// This build has no SYCL compiler: the kernel files (kernels/*.hpp) are embedded as text
-// (kernel_sources.h) and compiled on first use per (context, device, group) by the SYCL
-// runtime's kernel compiler (sycl_ext_oneapi_kernel_compiler, source_language::sycl).
-// The runtime's persistent cache (SYCL_CACHE_PERSISTENT / SYCL_CACHE_DIR, set by
-// python/xkernels/_env.py) makes later processes skip the compiler.
+// The kernel files (kernels/*.hpp) are embedded as text (kernel_sources.h) and compiled on
+// first use per (context, device, group) by the SYCL runtime's kernel compiler
+// (sycl_ext_oneapi_kernel_compiler, source_language::sycl). The runtime's persistent cache
+// (SYCL_CACHE_PERSISTENT / SYCL_CACHE_DIR, set by python/xkernels/_env.py) makes later
+// processes skip the compiler. A build with oneAPI (XKERNELS_SYCL_AOT, docs/oneapi.md) also
+// links the same kernels compiled ahead of time; provider_choice.h decides per device which
+// one a device gets, and this file is the only one that knows.
 #include "sycl/runtime.h"
 
 #include <ATen/ATen.h>
@@ -28,14 +30,21 @@
 #include <unordered_map>
 
 #include "sycl/kernel_sources.h"
+#include "sycl/provider_choice.h"
+#include "sycl/provider_device.h"
 #include "sycl/runtime_info.h"
 #include "xkernels/backend.h"
+
+#ifdef XKERNELS_SYCL_AOT
+#include "sycl/aot_kernels.h"
+#endif
 
 #ifdef XKERNELS_WITH_XPU
 #include <c10/xpu/XPUStream.h>
 #endif
 
 namespace syclex = sycl::ext::oneapi::experimental;
+namespace pc = xkernels::sycl_backend::provider_choice;
 
 namespace xkernels::sycl_backend {
 
@@ -486,12 +495,86 @@ std::string join(const std::vector<std::string>& v, const char* sep) {
   return out;
 }
 
+// ---------------------------------------------------------------- where a device's kernels come from
+// Device images of the ahead-of-time library; none without one (then every device compiles at run time).
+const std::vector<pc::AotImage>& aot_images() {
+#ifdef XKERNELS_SYCL_AOT
+  static const auto images = pc::parse_aot_targets(sycl_aot::aot_library().targets);
+#else
+  static const std::vector<pc::AotImage> images;
+#endif
+  return images;
+}
+
+// Per device: the choice (made once) and what each kernel group actually got.
+struct DeviceSource {
+  pc::Choice choice;
+  std::vector<std::pair<std::string, std::string>> groups;  // (file, describe(...) or the fallback's reason)
+};
+std::mutex g_sources_mu;
+std::unordered_map<sycl::device, DeviceSource>& device_sources() {
+  static auto* m = new std::unordered_map<sycl::device, DeviceSource>();
+  return *m;
+}
+
+pc::Choice device_choice(const sycl::device& dev) {
+  std::lock_guard<std::mutex> lock(g_sources_mu);
+  auto it = device_sources().find(dev);
+  if (it == device_sources().end())
+    it = device_sources().emplace(dev, DeviceSource{pc::choose(aot_images(), pc::describe_device(dev)), {}}).first;
+  return it->second.choice;
+}
+
+void note_group_source(const sycl::device& dev, const std::string& file, const std::string& what) {
+  std::lock_guard<std::mutex> lock(g_sources_mu);
+  auto& groups = device_sources()[dev].groups;
+  for (auto& g : groups)
+    if (g.first == file) {  // the same group built in another context
+      g.second = what;
+      return;
+    }
+  groups.emplace_back(file, what);
+}
+
+// The environment the runtime's kernel compiler reads once per process (the PTX / gfx architecture
+// for CUDA / HIP devices), set before the first run-time build unless the user has set it. CUDA
+// devices share one PTX target: the lowest compute capability among them.
+std::once_flag g_runtime_env_once;
+std::mutex g_runtime_env_mu;
+std::vector<std::string> g_runtime_env_lines;  // apply_runtime_env's report, for xkernels.info()
+void prepare_runtime_compile() {
+  std::call_once(g_runtime_env_once, [] {
+    std::vector<std::pair<std::string, std::string>> env;
+    std::vector<pc::DeviceDesc> cuda;
+    auto add = [&](const std::string& k, const std::string& v) {
+      for (const auto& kv : env)
+        if (kv.first == k) return;  // one value per variable: the first device's
+      env.emplace_back(k, v);
+    };
+    for (const auto& rec : registry().devices) {
+      if (!rec.usable) continue;
+      const pc::DeviceDesc d = pc::describe_device(rec.device);
+      if (d.backend == pc::DeviceBackend::Cuda) {
+        cuda.push_back(d);
+        continue;
+      }
+      for (const auto& [k, v] : pc::choose(aot_images(), d).runtime_env) add(k, v);
+    }
+    const std::string ptx = pc::runtime_ptx_target(cuda);
+    if (!ptx.empty()) add("SYCL_JIT_AMDGCN_PTX_TARGET_CPU", ptx);
+    auto lines = pc::apply_runtime_env(env);
+    std::lock_guard<std::mutex> lock(g_runtime_env_mu);
+    g_runtime_env_lines = std::move(lines);
+  });
+}
+
 // One build: the source plus every kernel file as an include file, the run-time options
 // and the registered names. Compile errors raise with the compiler's full diagnostics.
 sycl::kernel_bundle<sycl::bundle_state::executable> build_bundle(const sycl::context& ctx, const sycl::device& dev,
                                                                  const std::string& label, const std::string& source,
                                                                  const std::vector<std::string>& names,
                                                                  const std::vector<std::string>& options) {
+  prepare_runtime_compile();
   syclex::include_files includes;
   for (const auto& s : embedded_kernel_sources()) includes.add(s.name, s.text);
   std::string log;
@@ -550,6 +633,40 @@ std::unordered_map<SlotKey, std::shared_ptr<Slot>, SlotKeyHash>& slots() {
 std::mutex g_build_log_mu;
 std::vector<std::pair<std::string, double>> g_build_log;  // every group build of this process
 
+#ifdef XKERNELS_SYCL_AOT
+// The group's kernels from the ahead-of-time library, if it has every name and an image the
+// runtime accepts for `dev`; otherwise false with `why` (the caller compiles at run time).
+bool take_aot_kernels(const sycl::context& ctx, const sycl::device& dev, const KernelGroup& group,
+                      const std::vector<std::string>& names, Slot& slot, std::string* why) {
+  const sycl_aot::AotLibrary& lib = sycl_aot::aot_library();
+  std::vector<sycl::kernel_id> ids;
+  for (const auto& n : names) {
+    const sycl_aot::AotKernel* k = std::find_if(lib.kernels, lib.kernels + lib.count, [&](const auto& e) {
+      return group.file == e.file && n == e.name;
+    });
+    if (k == lib.kernels + lib.count) {
+      *why = "the ahead-of-time library has no kernel '" + n + "' (it was built from other kernel sources)";
+      return false;
+    }
+    ids.push_back(k->id());
+  }
+  try {
+    if (!sycl::is_compatible(ids, dev)) {
+      *why = "the SYCL runtime finds no image in the ahead-of-time library compatible with this device "
+             "(sycl::is_compatible)";
+      return false;
+    }
+    auto bundle = sycl::get_kernel_bundle<sycl::bundle_state::executable>(ctx, {dev}, ids);
+    for (size_t i = 0; i < names.size(); ++i) slot.kernels.emplace(names[i], bundle.get_kernel(ids[i]));
+    return true;
+  } catch (const sycl::exception& e) {
+    slot.kernels.clear();
+    *why = std::string("loading the ahead-of-time kernels failed: ") + e.what();
+    return false;
+  }
+}
+#endif
+
 // Returns the slot, built (compiling now if nobody has). `*compiled` says whether this call compiled.
 Slot& built_slot(const sycl::context& ctx, const sycl::device& dev, const KernelGroup& group, bool* compiled) {
   std::shared_ptr<Slot> slot;
@@ -575,12 +692,25 @@ Slot& built_slot(const sycl::context& ctx, const sycl::device& dev, const Kernel
   // diagnostics name it ("layer_norm.hpp:12:3: error: ...").
   const std::string source = "#include \"" + group.file + "\"\n";
   const auto t0 = std::chrono::steady_clock::now();
-  auto bundle = build_bundle(ctx, dev, group.file, source, names, build_options_for_runtime());
-  for (const auto& n : names) {
-    TORCH_CHECK(bundle.ext_oneapi_has_kernel(n), "xkernels: kernel group '", group.file,
-                "' built, but it has no kernel '", n, "'");
-    slot->kernels.emplace(n, bundle.ext_oneapi_get_kernel(n));
+  const pc::Choice choice = device_choice(dev);
+  std::string source_note = pc::describe(choice);
+  bool from_library = false;
+#ifdef XKERNELS_SYCL_AOT
+  if (choice.source != pc::Source::RuntimeCompile) {
+    std::string why;
+    from_library = take_aot_kernels(ctx, dev, group, names, *slot, &why);
+    if (!from_library) source_note = std::string(pc::source_name(pc::Source::RuntimeCompile)) + ": " + why;
   }
+#endif
+  if (!from_library) {
+    auto bundle = build_bundle(ctx, dev, group.file, source, names, build_options_for_runtime());
+    for (const auto& n : names) {
+      TORCH_CHECK(bundle.ext_oneapi_has_kernel(n), "xkernels: kernel group '", group.file,
+                  "' built, but it has no kernel '", n, "'");
+      slot->kernels.emplace(n, bundle.ext_oneapi_get_kernel(n));
+    }
+  }
+  note_group_source(dev, group.file, source_note);
   slot->seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   slot->built = true;
   {
@@ -629,7 +759,8 @@ sycl::queue& queue_for(const at::Tensor& t) {
   }
 #endif
   TORCH_CHECK(false, "xkernels: the SYCL backend cannot run on tensors on device ", t.device(),
-              " (CPU tensors run on the SYCL CPU device; XPU tensors need torch built with XPU)");
+              " (CPU tensors run on the SYCL CPU device; XPU tensors need torch built with XPU",
+              t.device().is_cuda() ? "; this build does not launch SYCL kernels on CUDA tensors" : "", ")");
 }
 
 const DeviceTraits& traits_of(const sycl::queue& q) { return traits_of_device(q.get_device()); }
@@ -723,7 +854,38 @@ std::vector<std::string> cache_purged() {
   return g_cache_purged;
 }
 
-std::string provider_kind() { return "compiled at run time (kernel_compiler)"; }
+std::string provider_kind() {
+#ifdef XKERNELS_SYCL_AOT
+  const sycl_aot::AotLibrary& lib = sycl_aot::aot_library();
+  return std::string("ahead of time (") + lib.compiler + ": " + lib.targets +
+         ") where the library has an image for the device, else compiled at run time (kernel_compiler)";
+#else
+  return "compiled at run time (kernel_compiler)";
+#endif
+}
+
+std::vector<DeviceProvider> provider_devices() {
+  std::vector<DeviceProvider> out;
+  for (const auto& rec : registry().devices) {
+    if (!rec.usable) continue;
+    DeviceProvider p;
+    p.device = rec.traits.name;
+    p.backend = rec.backend;
+    const pc::Choice c = device_choice(rec.device);
+    p.source = pc::source_name(c.source);
+    p.image = c.image;
+    p.choice = pc::describe(c);
+    std::lock_guard<std::mutex> lock(g_sources_mu);
+    p.groups = device_sources()[rec.device].groups;
+    out.push_back(std::move(p));
+  }
+  return out;
+}
+
+std::vector<std::string> runtime_compile_env() {
+  std::lock_guard<std::mutex> lock(g_runtime_env_mu);
+  return g_runtime_env_lines;
+}
 
 std::vector<std::string> all_kernel_names(const DeviceTraits& traits) {
   std::vector<std::string> out;
@@ -816,6 +978,33 @@ bool sycl_cpu_available(at::ScalarType dtype, std::string* why_not) {
       return rec.traits.fp16 ? true : fail("the SYCL CPU device '" + rec.traits.name + "' has no fp16 support");
     default: return fail(std::string("dtype ") + c10::toString(dtype) + " is not supported by the SYCL kernels");
   }
+}
+
+bool sycl_cuda_device_available(int index, std::string* why_not) {
+  using namespace sycl_backend;
+  const auto& r = registry();
+  int seen = 0;  // the CUDA plugin lists devices in CUDA's order (both honour CUDA_VISIBLE_DEVICES)
+  std::string unusable;
+  for (const auto& rec : r.devices) {
+    if (rec.backend != "cuda") continue;
+    const int i = seen++;
+    if (index >= 0 && i != index) continue;
+    if (rec.usable) return true;
+    unusable += (unusable.empty() ? "" : "; ") + ("its CUDA device " + std::to_string(i) + " is unusable: ") +
+                rec.unusable_reason;
+  }
+  if (why_not) {
+    if (!unusable.empty()) *why_not = unusable;
+    else if (!r.error.empty()) *why_not = r.error;
+    else if (seen == 0) {
+      std::string listed;
+      for (const auto& rec : r.devices)
+        listed += (listed.empty() ? "" : ", ") + rec.traits.name + " (" + rec.backend + " " + rec.type + ")";
+      *why_not = "its devices: " + listed;
+    }
+    else *why_not = "it lists " + std::to_string(seen) + " CUDA device(s), none with index " + std::to_string(index);
+  }
+  return false;
 }
 
 }  // namespace xkernels

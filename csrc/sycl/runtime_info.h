@@ -39,6 +39,21 @@ std::vector<std::string> build_options_with(const std::vector<std::string>& fp_o
 // "compiled at run time (kernel_compiler)" (or, for an ahead-of-time build, what was used).
 std::string provider_kind();
 
+// Where each usable device gets its kernels (provider_choice.h): the device's choice, and per
+// kernel group built so far what it got ("<source> (<image>): <reason>", or "run-time-compile: <why>"
+// when the ahead-of-time library could not serve the group).
+struct DeviceProvider {
+  std::string device, backend;
+  std::string source;  // "aot-native" | "aot-portable" | "run-time-compile"
+  std::string image;   // the library's image, "" for run-time compilation
+  std::string choice;  // provider_choice::describe of the device's choice
+  std::vector<std::pair<std::string, std::string>> groups;  // (kernel file, what it got)
+};
+std::vector<DeviceProvider> provider_devices();
+// The environment set for the runtime's kernel compiler before the first run-time build
+// (provider_choice::apply_runtime_env lines); empty before that build or when none was needed.
+std::vector<std::string> runtime_compile_env();
+
 // Every kernel-group build of this process: ("<device>: <file>", seconds), in order. A build
 // served by the on-disk cache is listed too (it is fast).
 std::vector<std::pair<std::string, double>> build_log();

@@ -160,6 +160,18 @@ def _print_environment(console, env: dict) -> None:
                   st["reason"] or "-")
     console.print(t)
 
+    providers = env.get("sycl", {}).get("provider_devices", [])
+    if providers:
+        t = Table(title="SYCL kernel provider (per device)", title_justify="left")
+        for col in ("device", "kernels from", "groups built"):
+            t.add_column(col)
+        for p in providers:
+            groups = "; ".join(f"{f}: {what}" for f, what in p["groups"].items()) or "-"
+            t.add_row(f"{p['device']} ({p['backend']})", p["choice"], groups)
+        console.print(t)
+        for line in env["sycl"].get("runtime_compile_env", []):
+            console.print(f"run-time compiler environment: {line}")
+
 
 # ----------------------------------------------------------------------------------- check
 

@@ -138,6 +138,9 @@ def info() -> dict:
     }
     if _C.with_sycl:
         out["sycl"] = {"runtime": _C.sycl.runtime_version(), "provider": _C.sycl.provider_kind(),
+                       # per device: ahead-of-time image or run-time compilation, and why
+                       "provider_devices": list(_C.sycl.provider_devices()),
+                       "runtime_compile_env": list(_C.sycl.runtime_compile_env()),
                        "kernels": list(_C.sycl.kernel_names())}
     return out
 

@@ -30,6 +30,10 @@ Backend requested_backend();                  // thread override, else process d
 // dtype supported by the device). Implemented by csrc/sycl/runtime.cpp when built with SYCL.
 bool sycl_cpu_available(at::ScalarType dtype, std::string* why_not);
 
+// Does the SYCL runtime have a usable CUDA device (oneAPI's CUDA plugin) for CUDA device `index`
+// (any CUDA device when index < 0)? Implemented by csrc/sycl/runtime.cpp when built with SYCL.
+bool sycl_cuda_device_available(int index, std::string* why_not);
+
 // Which implementation runs an op on CPU tensors: Reference or Sycl.
 Backend choose_cpu_backend(const char* op, at::ScalarType dtype);
 

@@ -538,3 +538,90 @@ void conv2d_reduce_splits(const acc_t<T>* part, T* dst, int64_t total, int64_t s
 }
 
 }  // namespace xk
+
+// Ahead-of-time kernel names (docs/oneapi.md): every registered name the host code asks for, for every
+// dtype and the sub-group profiles of scripts/aot_kernel_names.py, which writes and checks this list.
+// xkernels-aot: xk::conv2d_igemm<float, true, 16, 6, 4>
+// xkernels-aot: xk::conv2d_igemm<float, false, 16, 6, 4>
+// xkernels-aot: xk::conv2d_grad_weight<float, 16, 6, 4>
+// xkernels-aot: xk::conv2d_igemm<float, true, 16, 8, 1>
+// xkernels-aot: xk::conv2d_igemm<float, false, 16, 8, 1>
+// xkernels-aot: xk::conv2d_grad_weight<float, 16, 8, 1>
+// xkernels-aot: xk::conv2d_igemm_groups<float, true, 16, 8>
+// xkernels-aot: xk::conv2d_igemm_groups<float, false, 16, 8>
+// xkernels-aot: xk::conv2d_grad_weight_groups<float, 16, 9>
+// xkernels-aot: xk::conv2d_grad_bias<float, 16>
+// xkernels-aot: xk::conv2d_reduce_splits<float>
+// xkernels-aot: xk::conv2d_igemm<sycl::ext::oneapi::bfloat16, true, 16, 6, 4>
+// xkernels-aot: xk::conv2d_igemm<sycl::ext::oneapi::bfloat16, false, 16, 6, 4>
+// xkernels-aot: xk::conv2d_grad_weight<sycl::ext::oneapi::bfloat16, 16, 6, 4>
+// xkernels-aot: xk::conv2d_igemm<sycl::ext::oneapi::bfloat16, true, 16, 8, 1>
+// xkernels-aot: xk::conv2d_igemm<sycl::ext::oneapi::bfloat16, false, 16, 8, 1>
+// xkernels-aot: xk::conv2d_grad_weight<sycl::ext::oneapi::bfloat16, 16, 8, 1>
+// xkernels-aot: xk::conv2d_igemm_groups<sycl::ext::oneapi::bfloat16, true, 16, 8>
+// xkernels-aot: xk::conv2d_igemm_groups<sycl::ext::oneapi::bfloat16, false, 16, 8>
+// xkernels-aot: xk::conv2d_grad_weight_groups<sycl::ext::oneapi::bfloat16, 16, 9>
+// xkernels-aot: xk::conv2d_grad_bias<sycl::ext::oneapi::bfloat16, 16>
+// xkernels-aot: xk::conv2d_reduce_splits<sycl::ext::oneapi::bfloat16>
+// xkernels-aot: xk::conv2d_igemm<sycl::half, true, 16, 6, 4>
+// xkernels-aot: xk::conv2d_igemm<sycl::half, false, 16, 6, 4>
+// xkernels-aot: xk::conv2d_grad_weight<sycl::half, 16, 6, 4>
+// xkernels-aot: xk::conv2d_igemm<sycl::half, true, 16, 8, 1>
+// xkernels-aot: xk::conv2d_igemm<sycl::half, false, 16, 8, 1>
+// xkernels-aot: xk::conv2d_grad_weight<sycl::half, 16, 8, 1>
+// xkernels-aot: xk::conv2d_igemm_groups<sycl::half, true, 16, 8>
+// xkernels-aot: xk::conv2d_igemm_groups<sycl::half, false, 16, 8>
+// xkernels-aot: xk::conv2d_grad_weight_groups<sycl::half, 16, 9>
+// xkernels-aot: xk::conv2d_grad_bias<sycl::half, 16>
+// xkernels-aot: xk::conv2d_reduce_splits<sycl::half>
+// xkernels-aot: xk::conv2d_igemm<double, true, 8, 6, 4>
+// xkernels-aot: xk::conv2d_igemm<double, false, 8, 6, 4>
+// xkernels-aot: xk::conv2d_grad_weight<double, 8, 6, 4>
+// xkernels-aot: xk::conv2d_igemm<double, true, 8, 8, 1>
+// xkernels-aot: xk::conv2d_igemm<double, false, 8, 8, 1>
+// xkernels-aot: xk::conv2d_grad_weight<double, 8, 8, 1>
+// xkernels-aot: xk::conv2d_igemm_groups<double, true, 8, 8>
+// xkernels-aot: xk::conv2d_igemm_groups<double, false, 8, 8>
+// xkernels-aot: xk::conv2d_grad_weight_groups<double, 8, 9>
+// xkernels-aot: xk::conv2d_grad_bias<double, 8>
+// xkernels-aot: xk::conv2d_reduce_splits<double>
+// xkernels-aot: xk::conv2d_igemm<double, true, 32, 6, 4>
+// xkernels-aot: xk::conv2d_igemm<double, false, 32, 6, 4>
+// xkernels-aot: xk::conv2d_grad_weight<double, 32, 6, 4>
+// xkernels-aot: xk::conv2d_igemm<double, true, 32, 8, 1>
+// xkernels-aot: xk::conv2d_igemm<double, false, 32, 8, 1>
+// xkernels-aot: xk::conv2d_grad_weight<double, 32, 8, 1>
+// xkernels-aot: xk::conv2d_igemm_groups<double, true, 32, 8>
+// xkernels-aot: xk::conv2d_igemm_groups<double, false, 32, 8>
+// xkernels-aot: xk::conv2d_grad_weight_groups<double, 32, 9>
+// xkernels-aot: xk::conv2d_grad_bias<double, 32>
+// xkernels-aot: xk::conv2d_igemm<float, true, 32, 6, 4>
+// xkernels-aot: xk::conv2d_igemm<float, false, 32, 6, 4>
+// xkernels-aot: xk::conv2d_grad_weight<float, 32, 6, 4>
+// xkernels-aot: xk::conv2d_igemm<float, true, 32, 8, 1>
+// xkernels-aot: xk::conv2d_igemm<float, false, 32, 8, 1>
+// xkernels-aot: xk::conv2d_grad_weight<float, 32, 8, 1>
+// xkernels-aot: xk::conv2d_igemm_groups<float, true, 32, 8>
+// xkernels-aot: xk::conv2d_igemm_groups<float, false, 32, 8>
+// xkernels-aot: xk::conv2d_grad_weight_groups<float, 32, 9>
+// xkernels-aot: xk::conv2d_grad_bias<float, 32>
+// xkernels-aot: xk::conv2d_igemm<sycl::ext::oneapi::bfloat16, true, 32, 6, 4>
+// xkernels-aot: xk::conv2d_igemm<sycl::ext::oneapi::bfloat16, false, 32, 6, 4>
+// xkernels-aot: xk::conv2d_grad_weight<sycl::ext::oneapi::bfloat16, 32, 6, 4>
+// xkernels-aot: xk::conv2d_igemm<sycl::ext::oneapi::bfloat16, true, 32, 8, 1>
+// xkernels-aot: xk::conv2d_igemm<sycl::ext::oneapi::bfloat16, false, 32, 8, 1>
+// xkernels-aot: xk::conv2d_grad_weight<sycl::ext::oneapi::bfloat16, 32, 8, 1>
+// xkernels-aot: xk::conv2d_igemm_groups<sycl::ext::oneapi::bfloat16, true, 32, 8>
+// xkernels-aot: xk::conv2d_igemm_groups<sycl::ext::oneapi::bfloat16, false, 32, 8>
+// xkernels-aot: xk::conv2d_grad_weight_groups<sycl::ext::oneapi::bfloat16, 32, 9>
+// xkernels-aot: xk::conv2d_grad_bias<sycl::ext::oneapi::bfloat16, 32>
+// xkernels-aot: xk::conv2d_igemm<sycl::half, true, 32, 6, 4>
+// xkernels-aot: xk::conv2d_igemm<sycl::half, false, 32, 6, 4>
+// xkernels-aot: xk::conv2d_grad_weight<sycl::half, 32, 6, 4>
+// xkernels-aot: xk::conv2d_igemm<sycl::half, true, 32, 8, 1>
+// xkernels-aot: xk::conv2d_igemm<sycl::half, false, 32, 8, 1>
+// xkernels-aot: xk::conv2d_grad_weight<sycl::half, 32, 8, 1>
+// xkernels-aot: xk::conv2d_igemm_groups<sycl::half, true, 32, 8>
+// xkernels-aot: xk::conv2d_igemm_groups<sycl::half, false, 32, 8>
+// xkernels-aot: xk::conv2d_grad_weight_groups<sycl::half, 32, 9>
+// xkernels-aot: xk::conv2d_grad_bias<sycl::half, 32>

@@ -393,3 +393,54 @@ void linear_column_sum(const acc_t<T>* partial, T* out, int64_t R, int64_t N) {
 }
 
 }  // namespace xk
+
+// Ahead-of-time kernel names (docs/oneapi.md): every registered name the host code asks for, for every
+// dtype and the sub-group profiles of scripts/aot_kernel_names.py, which writes and checks this list.
+// xkernels-aot: xk::linear_gemm_tiled<float, true, true>
+// xkernels-aot: xk::linear_gemm_panel<float, true, true>
+// xkernels-aot: xk::linear_gemm_dot<float, true, true>
+// xkernels-aot: xk::linear_gemm_tiled<float, false, true>
+// xkernels-aot: xk::linear_gemm_panel<float, false, true>
+// xkernels-aot: xk::linear_gemm_dot<float, false, true>
+// xkernels-aot: xk::linear_gemm_tiled<float, false, false>
+// xkernels-aot: xk::linear_gemm_panel<float, false, false>
+// xkernels-aot: xk::linear_relu_grad<float, true>
+// xkernels-aot: xk::linear_relu_grad<float, false>
+// xkernels-aot: xk::linear_column_sum<float>
+// xkernels-aot: xk::linear_pack_panels<float>
+// xkernels-aot: xk::linear_gemm_tiled<sycl::ext::oneapi::bfloat16, true, true>
+// xkernels-aot: xk::linear_gemm_panel<sycl::ext::oneapi::bfloat16, true, true>
+// xkernels-aot: xk::linear_gemm_dot<sycl::ext::oneapi::bfloat16, true, true>
+// xkernels-aot: xk::linear_gemm_tiled<sycl::ext::oneapi::bfloat16, false, true>
+// xkernels-aot: xk::linear_gemm_panel<sycl::ext::oneapi::bfloat16, false, true>
+// xkernels-aot: xk::linear_gemm_dot<sycl::ext::oneapi::bfloat16, false, true>
+// xkernels-aot: xk::linear_gemm_tiled<sycl::ext::oneapi::bfloat16, false, false>
+// xkernels-aot: xk::linear_gemm_panel<sycl::ext::oneapi::bfloat16, false, false>
+// xkernels-aot: xk::linear_relu_grad<sycl::ext::oneapi::bfloat16, true>
+// xkernels-aot: xk::linear_relu_grad<sycl::ext::oneapi::bfloat16, false>
+// xkernels-aot: xk::linear_column_sum<sycl::ext::oneapi::bfloat16>
+// xkernels-aot: xk::linear_pack_panels<sycl::ext::oneapi::bfloat16>
+// xkernels-aot: xk::linear_gemm_tiled<sycl::half, true, true>
+// xkernels-aot: xk::linear_gemm_panel<sycl::half, true, true>
+// xkernels-aot: xk::linear_gemm_dot<sycl::half, true, true>
+// xkernels-aot: xk::linear_gemm_tiled<sycl::half, false, true>
+// xkernels-aot: xk::linear_gemm_panel<sycl::half, false, true>
+// xkernels-aot: xk::linear_gemm_dot<sycl::half, false, true>
+// xkernels-aot: xk::linear_gemm_tiled<sycl::half, false, false>
+// xkernels-aot: xk::linear_gemm_panel<sycl::half, false, false>
+// xkernels-aot: xk::linear_relu_grad<sycl::half, true>
+// xkernels-aot: xk::linear_relu_grad<sycl::half, false>
+// xkernels-aot: xk::linear_column_sum<sycl::half>
+// xkernels-aot: xk::linear_pack_panels<sycl::half>
+// xkernels-aot: xk::linear_gemm_tiled<double, true, true>
+// xkernels-aot: xk::linear_gemm_panel<double, true, true>
+// xkernels-aot: xk::linear_gemm_dot<double, true, true>
+// xkernels-aot: xk::linear_gemm_tiled<double, false, true>
+// xkernels-aot: xk::linear_gemm_panel<double, false, true>
+// xkernels-aot: xk::linear_gemm_dot<double, false, true>
+// xkernels-aot: xk::linear_gemm_tiled<double, false, false>
+// xkernels-aot: xk::linear_gemm_panel<double, false, false>
+// xkernels-aot: xk::linear_relu_grad<double, true>
+// xkernels-aot: xk::linear_relu_grad<double, false>
+// xkernels-aot: xk::linear_column_sum<double>
+// xkernels-aot: xk::linear_pack_panels<double>

@@ -164,3 +164,22 @@ void layer_norm_bwd_wb_final(const acc_t<T>* part_w, const acc_t<T>* part_b, T* 
 }
 
 }  // namespace xk
+
+// Ahead-of-time kernel names (docs/oneapi.md): every registered name the host code asks for, for every
+// dtype and the sub-group profiles of scripts/aot_kernel_names.py, which writes and checks this list.
+// xkernels-aot: xk::layer_norm_fwd<float>
+// xkernels-aot: xk::layer_norm_bwd_dx<float>
+// xkernels-aot: xk::layer_norm_bwd_wb_partial<float>
+// xkernels-aot: xk::layer_norm_bwd_wb_final<float>
+// xkernels-aot: xk::layer_norm_fwd<sycl::ext::oneapi::bfloat16>
+// xkernels-aot: xk::layer_norm_bwd_dx<sycl::ext::oneapi::bfloat16>
+// xkernels-aot: xk::layer_norm_bwd_wb_partial<sycl::ext::oneapi::bfloat16>
+// xkernels-aot: xk::layer_norm_bwd_wb_final<sycl::ext::oneapi::bfloat16>
+// xkernels-aot: xk::layer_norm_fwd<sycl::half>
+// xkernels-aot: xk::layer_norm_bwd_dx<sycl::half>
+// xkernels-aot: xk::layer_norm_bwd_wb_partial<sycl::half>
+// xkernels-aot: xk::layer_norm_bwd_wb_final<sycl::half>
+// xkernels-aot: xk::layer_norm_fwd<double>
+// xkernels-aot: xk::layer_norm_bwd_dx<double>
+// xkernels-aot: xk::layer_norm_bwd_wb_partial<double>
+// xkernels-aot: xk::layer_norm_bwd_wb_final<double>
