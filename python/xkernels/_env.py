@@ -5,6 +5,14 @@ loader finds no CPU runtime by itself: we name the installed libintelocl.so in
 OCL_ICD_FILENAMES (appending to a user's value, never replacing it). Compiled kernels
 persist in the SYCL runtime's on-disk cache, under XKERNELS_CACHE_DIR (default: the
 user's cache directory). Both must be in place before the first SYCL platform query.
+
+OpenMP wait policy: torch's OpenMP workers spin after each parallel region, and so do the
+OpenCL CPU runtime's TBB workers after each SYCL kernel; on a machine with few cores the two
+pools then fight for the cores when torch and xkernels ops alternate. We set
+OMP_WAIT_POLICY=PASSIVE (idle OpenMP workers sleep) when the user has not set it and no OpenMP
+runtime is loaded yet, i.e. when xkernels is imported before torch. libgomp reads the variable
+once, when it loads (with torch): after that, setting it has no effect, so we leave it alone
+and passive_openmp_status() says so (docs/performance.md).
 """
 from __future__ import annotations
 
@@ -39,6 +47,30 @@ def find_opencl_cpu_runtime() -> Path | None:
     return None
 
 
+_OPENMP_LIBS = ("libgomp", "libiomp5", "libomp.so", "libomp-")
+
+
+def openmp_runtime_loaded() -> bool:
+    """Whether an OpenMP runtime (GNU, Intel or LLVM) is mapped into this process already
+    (Linux: /proc/self/maps; elsewhere: whether torch was imported)."""
+    try:
+        with open("/proc/self/maps", encoding="utf-8", errors="replace") as f:
+            maps = f.read()
+    except OSError:
+        return "torch" in sys.modules
+    return any(lib in maps for lib in _OPENMP_LIBS)
+
+
+# Set by prepare(): "set" (we set OMP_WAIT_POLICY=PASSIVE), "user" (the user's value stands),
+# "too-late" (an OpenMP runtime was loaded before xkernels: its policy is fixed), or "" (not run).
+_omp_policy_status = ""
+
+
+def passive_openmp_status() -> str:
+    """How OMP_WAIT_POLICY was handled at import: 'set', 'user' or 'too-late' (see module doc)."""
+    return _omp_policy_status
+
+
 class CacheDirectoryWarning(RuntimeWarning):
     """The on-disk kernel cache cannot be used; kernels are cached in memory for this process only."""
 
@@ -62,7 +94,16 @@ def prepare() -> dict[str, str]:
     When the persistent kernel cache is on but its directory cannot be written, persistence is
     turned off (SYCL_CACHE_PERSISTENT=0) with a CacheDirectoryWarning: kernels are then compiled
     once per process and kept in memory, instead of failing or retrying the disk on every build."""
+    global _omp_policy_status
     done: dict[str, str] = {}
+    if "OMP_WAIT_POLICY" in os.environ:
+        _omp_policy_status = "user"
+    elif openmp_runtime_loaded():
+        _omp_policy_status = "too-late"
+    else:
+        os.environ["OMP_WAIT_POLICY"] = "PASSIVE"
+        done["OMP_WAIT_POLICY"] = "PASSIVE"
+        _omp_policy_status = "set"
     ocl = find_opencl_cpu_runtime()
     if ocl is not None:
         current = os.environ.get("OCL_ICD_FILENAMES", "")
