@@ -10,7 +10,7 @@ import sys
 import time
 from pathlib import Path
 
-# xkernels before torch: at import it sets OMP_WAIT_POLICY=PASSIVE (unless set) while libgomp can
+# xkernels before torch: at import it sets GOMP_SPINCOUNT (unless set) while libgomp can
 # still see it, as a user's program would; torch's spinning OpenMP workers would otherwise slow the
 # SYCL ops and torch itself (docs/performance.md). The header line prints the policy in effect.
 import xkernels  # isort: skip
