@@ -170,5 +170,5 @@ def append_csv(rows: list[dict], path: Path, prov: dict) -> None:
 
 
 def env_summary() -> str:
-    keys = ["OMP_NUM_THREADS", "OMP_WAIT_POLICY", "CL_CONFIG_CPU_TBB_NUM_WORKERS", "XKERNELS_BACKEND"]
+    keys = ["OMP_NUM_THREADS", "OMP_WAIT_POLICY", "GOMP_SPINCOUNT", "CL_CONFIG_CPU_TBB_NUM_WORKERS", "XKERNELS_BACKEND"]
     return ", ".join(f"{k}={os.environ[k]}" for k in keys if k in os.environ) or "(defaults)"

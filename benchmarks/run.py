@@ -10,9 +10,11 @@ import sys
 import time
 from pathlib import Path
 
-import torch
-
-import xkernels
+# xkernels before torch: at import it sets GOMP_SPINCOUNT (unless set) while libgomp can
+# still see it, as a user's program would; torch's spinning OpenMP workers would otherwise slow the
+# SYCL ops and torch itself (docs/performance.md). The header line prints the policy in effect.
+import xkernels  # isort: skip
+import torch  # isort: skip
 
 from . import cases as C
 from .harness import RESULTS_DIR, append_csv, env_summary, provenance, time_case

@@ -20,6 +20,7 @@
 #include <string>
 
 #include "sycl/kernels/fused_linear_relu.hpp"  // tile geometry shared with the kernels (constants only)
+#include "sycl/kernel_memo.h"
 #include "sycl/runtime.h"
 #include "xkernels/checks.h"
 #include "xkernels/dispatch.h"
@@ -116,7 +117,8 @@ at::Tensor pack_panels(sycl::queue& q, const at::Tensor& B) {
   at::Tensor packed = at::empty({panels, K, int64_t{G::kCols}}, B.options());
   const int64_t k_chunks = ceil_div(K, LinearConfig::kPackRowsPerGroup);
   const int64_t k_chunk = ceil_div(K, k_chunks);
-  const sycl::kernel k = get_kernel(q, kLinearGroup, kernel_name<T>("xk::linear_pack_panels"));
+  static KernelMemo memo;
+  const sycl::kernel k = memo.get(q, kLinearGroup, 0, [] { return kernel_name<T>("xk::linear_pack_panels"); });
   launch(q, k, sycl::nd_range<1>(sycl::range<1>(panels * k_chunks * G::kSubGroup), sycl::range<1>(G::kSubGroup)),
          B.const_data_ptr<T>(), B.stride(0), B.stride(1), packed.mutable_data_ptr<T>(), K, N, k_chunk, k_chunks);
   return packed;
@@ -132,11 +134,13 @@ void gemm(sycl::queue& q, GemmVariant variant, const at::Tensor& A, const at::Te
   const T* bias_ptr = has_bias ? bias.const_data_ptr<T>() : nullptr;
   const char* type = kernel_type_name<T>();
   T* c_ptr = C.mutable_data_ptr<T>();
+  const int flags = (has_bias ? 2 : 0) | (relu ? 1 : 0);  // the KernelMemo key
   at::Tensor packed, partial;  // temporaries: must outlive the kernel (see the wait at the end)
   sycl::event done;
   if (variant == GemmVariant::Gpu) {
     using G = xk::TiledTile;
-    const sycl::kernel k = get_kernel(q, kLinearGroup, gemm_name("xk::linear_gemm_tiled", type, has_bias, relu));
+    static KernelMemo memo;
+    const sycl::kernel k = memo.get(q, kLinearGroup, flags, [&] { return gemm_name("xk::linear_gemm_tiled", type, has_bias, relu); });
     const sycl::nd_range<2> range({static_cast<size_t>(ceil_div(M, G::kTile) * G::kLocal),
                                    static_cast<size_t>(ceil_div(N, G::kTile) * G::kLocal)},
                                   {size_t{G::kLocal}, size_t{G::kLocal}});
@@ -146,7 +150,8 @@ void gemm(sycl::queue& q, GemmVariant variant, const at::Tensor& A, const at::Te
     // Both operands unit-stride along k (the forward pass as given): dot products, no packing.
     // (Instantiated for the forward epilogues only, hence `relu`.)
     using G = xk::DotTile<T>;
-    const sycl::kernel k = get_kernel(q, kLinearGroup, gemm_name("xk::linear_gemm_dot", type, has_bias, relu));
+    static KernelMemo memo;
+    const sycl::kernel k = memo.get(q, kLinearGroup, flags, [&] { return gemm_name("xk::linear_gemm_dot", type, has_bias, relu); });
     const int64_t row_tiles = ceil_div(M, G::kRows);
     const int64_t groups = row_tiles * ceil_div(N, G::kCols);
     const sycl::nd_range<1> range(sycl::range<1>(groups * G::kSubGroup), sycl::range<1>(G::kSubGroup));
@@ -180,7 +185,8 @@ void gemm(sycl::queue& q, GemmVariant variant, const at::Tensor& A, const at::Te
     }
     const int64_t row_groups = ceil_div(M, int64_t{G::kRows} * G::kRowTilesPerGroup);
     const int64_t groups = row_groups * ceil_div(N, cols);
-    const sycl::kernel k = get_kernel(q, kLinearGroup, gemm_name("xk::linear_gemm_panel", type, has_bias, relu));
+    static KernelMemo memo;
+    const sycl::kernel k = memo.get(q, kLinearGroup, flags, [&] { return gemm_name("xk::linear_gemm_panel", type, has_bias, relu); });
     const sycl::nd_range<1> range(sycl::range<1>(groups * G::kSubGroup), sycl::range<1>(G::kSubGroup));
     done = launch(q, k, range, A.const_data_ptr<T>(), A.stride(0), A.stride(1), b_ptr, ldb, panel_stride, bias_ptr,
                   c_ptr, N, partial_ptr, M, N, K, k_block, row_groups);

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 
+#include "sycl/kernel_memo.h"
 #include "sycl/runtime.h"
 #include "xkernels/dispatch.h"
 #include "xkernels/entry.h"
@@ -68,7 +69,8 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> layer_norm_forward(const at::Tens
   sycl::event done;
   XK_DISPATCH_FLOATING_TYPES(x.scalar_type(), "layer_norm_forward", [&] {
     using acc = acc_t<scalar_t>;
-    const sycl::kernel k = get_kernel(q, kLayerNormGroup, kernel_name<scalar_t>("xk::layer_norm_fwd"));
+    static KernelMemo memo_layer_norm_fwd;  // one per element type (this lambda is instantiated per type)
+    const sycl::kernel k = memo_layer_norm_fwd.get(q, kLayerNormGroup, 0, [] { return kernel_name<scalar_t>("xk::layer_norm_fwd"); });
     done = launch(q, k, row_range(traits, p.M), x.const_data_ptr<scalar_t>(),
                   w.defined() ? w.const_data_ptr<scalar_t>() : nullptr,
                   b.defined() ? b.const_data_ptr<scalar_t>() : nullptr, out.mutable_data_ptr<scalar_t>(),
@@ -94,10 +96,11 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> layer_norm_backward(
   sycl::event done;
   XK_DISPATCH_FLOATING_TYPES(x.scalar_type(), "layer_norm_backward", [&] {
     using acc = acc_t<scalar_t>;
+    static KernelMemo memo_layer_norm_bwd_dx, memo_layer_norm_bwd_wb_partial, memo_layer_norm_bwd_wb_final;
     const acc* MU = mu_t.const_data_ptr<acc>();
     const acc* RS = rs_t.const_data_ptr<acc>();
     if (want_x) {
-      const sycl::kernel k = get_kernel(q, kLayerNormGroup, kernel_name<scalar_t>("xk::layer_norm_bwd_dx"));
+      const sycl::kernel k = memo_layer_norm_bwd_dx.get(q, kLayerNormGroup, 0, [] { return kernel_name<scalar_t>("xk::layer_norm_bwd_dx"); });
       done = launch(q, k, row_range(traits, p.M), dy.const_data_ptr<scalar_t>(), x.const_data_ptr<scalar_t>(), MU,
                     RS, w.defined() ? w.const_data_ptr<scalar_t>() : nullptr, gi.mutable_data_ptr<scalar_t>(), p.M,
                     p.N);
@@ -111,12 +114,12 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> layer_norm_backward(
       at::Tensor part_b = want_b ? at::empty({blocks, p.N}, acc_opts) : at::Tensor();
       const int64_t cols = ceil_div(p.N, C::kColumnTile) * C::kColumnTile;
       const sycl::kernel k1 =
-          get_kernel(q, kLayerNormGroup, kernel_name<scalar_t>("xk::layer_norm_bwd_wb_partial"));
+          memo_layer_norm_bwd_wb_partial.get(q, kLayerNormGroup, 0, [] { return kernel_name<scalar_t>("xk::layer_norm_bwd_wb_partial"); });
       launch(q, k1, row_range(traits, blocks),  // one sub-group per block of rows
              dy.const_data_ptr<scalar_t>(), x.const_data_ptr<scalar_t>(), MU, RS,
              want_w ? part_w.mutable_data_ptr<acc>() : nullptr, want_b ? part_b.mutable_data_ptr<acc>() : nullptr,
              p.M, p.N, rows_per_block);
-      const sycl::kernel k2 = get_kernel(q, kLayerNormGroup, kernel_name<scalar_t>("xk::layer_norm_bwd_wb_final"));
+      const sycl::kernel k2 = memo_layer_norm_bwd_wb_final.get(q, kLayerNormGroup, 0, [] { return kernel_name<scalar_t>("xk::layer_norm_bwd_wb_final"); });
       // In-order queue: stage 2 starts after stage 1.
       done = launch(q, k2, sycl::nd_range<1>(sycl::range<1>(cols), sycl::range<1>(C::kColumnTile)),
                     want_w ? part_w.const_data_ptr<acc>() : nullptr, want_b ? part_b.const_data_ptr<acc>() : nullptr,

@@ -5,6 +5,16 @@ loader finds no CPU runtime by itself: we name the installed libintelocl.so in
 OCL_ICD_FILENAMES (appending to a user's value, never replacing it). Compiled kernels
 persist in the SYCL runtime's on-disk cache, under XKERNELS_CACHE_DIR (default: the
 user's cache directory). Both must be in place before the first SYCL platform query.
+
+OpenMP spinning: torch's OpenMP (libgomp) workers spin after each parallel region (by default
+300000 polls of the work flag), and so do the OpenCL CPU runtime's TBB workers after each SYCL
+kernel; on a machine with few cores the two pools then fight for the cores when torch and
+xkernels ops alternate. We set GOMP_SPINCOUNT=5000 (idle workers go to sleep after a short spin)
+when the user has set neither GOMP_SPINCOUNT nor OMP_WAIT_POLICY and no OpenMP runtime is loaded
+yet, i.e. when xkernels is imported before torch. libgomp reads the variables once, when it loads
+(with torch): after that, setting them has no effect, so we leave them alone and
+openmp_spin_status() says so. (OMP_WAIT_POLICY=PASSIVE, which never spins, made torch's own ops
+35 % to 18x slower on an idle machine; see docs/performance.md.)
 """
 from __future__ import annotations
 
@@ -39,6 +49,33 @@ def find_opencl_cpu_runtime() -> Path | None:
     return None
 
 
+_OPENMP_LIBS = ("libgomp", "libiomp5", "libomp.so", "libomp-")
+
+
+def openmp_runtime_loaded() -> bool:
+    """Whether an OpenMP runtime (GNU, Intel or LLVM) is mapped into this process already
+    (Linux: /proc/self/maps; elsewhere: whether torch was imported)."""
+    try:
+        with open("/proc/self/maps", encoding="utf-8", errors="replace") as f:
+            maps = f.read()
+    except OSError:
+        return "torch" in sys.modules
+    return any(lib in maps for lib in _OPENMP_LIBS)
+
+
+OPENMP_SPIN_COUNT = "5000"  # torch's own ops unchanged at this count (docs/performance.md)
+
+# Set by prepare(): "set" (we set GOMP_SPINCOUNT), "user" (the user set GOMP_SPINCOUNT or
+# OMP_WAIT_POLICY: theirs stands), "too-late" (an OpenMP runtime was loaded before xkernels:
+# its policy is fixed), or "" (not run).
+_omp_spin_status = ""
+
+
+def openmp_spin_status() -> str:
+    """How the OpenMP spin was handled at import: 'set', 'user' or 'too-late' (see module doc)."""
+    return _omp_spin_status
+
+
 class CacheDirectoryWarning(RuntimeWarning):
     """The on-disk kernel cache cannot be used; kernels are cached in memory for this process only."""
 
@@ -62,7 +99,16 @@ def prepare() -> dict[str, str]:
     When the persistent kernel cache is on but its directory cannot be written, persistence is
     turned off (SYCL_CACHE_PERSISTENT=0) with a CacheDirectoryWarning: kernels are then compiled
     once per process and kept in memory, instead of failing or retrying the disk on every build."""
+    global _omp_spin_status
     done: dict[str, str] = {}
+    if "GOMP_SPINCOUNT" in os.environ or "OMP_WAIT_POLICY" in os.environ:
+        _omp_spin_status = "user"
+    elif openmp_runtime_loaded():
+        _omp_spin_status = "too-late"
+    else:
+        os.environ["GOMP_SPINCOUNT"] = OPENMP_SPIN_COUNT
+        done["GOMP_SPINCOUNT"] = OPENMP_SPIN_COUNT
+        _omp_spin_status = "set"
     ocl = find_opencl_cpu_runtime()
     if ocl is not None:
         current = os.environ.get("OCL_ICD_FILENAMES", "")
