@@ -21,6 +21,9 @@ import torch
 import xkernels
 
 ROOT = Path(__file__).resolve().parents[1]
+# The directory holding the xkernels package this process uses: the source tree's python/ after an
+# in-place build, site-packages after `pip install .` (CI). Children must import the same one.
+PACKAGE_PARENT = Path(xkernels.__file__).resolve().parent.parent
 BACKEND_NAMES = ("reference", "sycl", "cuda")
 DTYPES = (torch.float32, torch.float64, torch.float16, torch.bfloat16)
 
@@ -179,7 +182,7 @@ def assert_within(name: str, actual: torch.Tensor, expected64: torch.Tensor, bou
 def child_env(**extra) -> dict:
     env = dict(os.environ)
     # the caller's PYTHONPATH first: a sanitizer build (scripts/sanitize_check.sh) must win in children too
-    env["PYTHONPATH"] = os.pathsep.join(p for p in [env.get("PYTHONPATH", ""), str(ROOT / "python"), str(ROOT / "tests")]
+    env["PYTHONPATH"] = os.pathsep.join(p for p in [env.get("PYTHONPATH", ""), str(PACKAGE_PARENT), str(ROOT / "tests")]
                                         if p)
     env.setdefault("OMP_NUM_THREADS", "2")
     env.update({k: str(v) for k, v in extra.items() if v is not None})

@@ -1,6 +1,7 @@
 """xkernels sets GOMP_SPINCOUNT only when the user has set neither it nor OMP_WAIT_POLICY and no
 OpenMP runtime is loaded yet (python/xkernels/_env.py; why: docs/performance.md)."""
 import json
+import importlib.util
 import os
 import subprocess
 import sys
@@ -8,7 +9,9 @@ from pathlib import Path
 
 import pytest
 
-PYTHON_DIR = Path(__file__).resolve().parents[1] / "python"
+# The directory holding the xkernels package in use (found without importing it: the point of these
+# tests is what importing does): python/ after an in-place build, site-packages after pip install.
+PYTHON_DIR = Path(importlib.util.find_spec("xkernels").origin).resolve().parent.parent
 KEYS = ("GOMP_SPINCOUNT", "OMP_WAIT_POLICY")
 REPORT = ("import os, json; from xkernels import _env; "
           "print(json.dumps([_env.openmp_spin_status(), os.environ.get('GOMP_SPINCOUNT'), "

@@ -425,8 +425,8 @@ def results_for(backend: str) -> dict:
         if running is not None or r.returncode != 0:
             crashed = running or "?"
             out[crashed] = {"case": crashed, "status": "crash", "msg": describe_result(r)}
-        if crashed is None:
-            break
+        if crashed is None or crashed == "?":
+            break  # finished, or the child died before any case started (recorded as '?'): no progress possible
         # go on after the case that crashed (its other dtypes are skipped: one crash report is enough)
         done = {k.split("/")[0] for k in out}
         todo = [n for n in todo if n not in done]

@@ -655,7 +655,11 @@ def test_kernel_file_names_match_the_built_module():
     """No drift: the '// xkernels-aot:' lines of every kernel file are exactly the names its host file
     registers (for every dtype and sub-group profile), as the built module reports them
     (scripts/aot_kernel_names.py --check; --write regenerates them)."""
-    env = dict(os.environ, PYTHONPATH=str(REPO / "python") + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    import importlib.util
+
+    spec = importlib.util.find_spec("xkernels")  # the package in use: python/ in-place, or site-packages
+    pkg_parent = str(Path(spec.origin).resolve().parent.parent) if spec and spec.origin else str(REPO / "python")
+    env = dict(os.environ, PYTHONPATH=pkg_parent + os.pathsep + os.environ.get("PYTHONPATH", ""))
     p = subprocess.run([sys.executable, str(REPO / "scripts" / "aot_kernel_names.py"), "--check"], cwd=REPO, env=env,
                        capture_output=True, text=True, timeout=300)
     if p.returncode == 2 or "No module named 'xkernels" in p.stderr:
