@@ -203,6 +203,13 @@ LayerNormProblem check_layer_norm(const at::Tensor& input, at::IntArrayRef norma
   return p;
 }
 
+std::tuple<at::Tensor, at::Tensor, at::Tensor> layer_norm_empty_outputs(const at::Tensor& input,
+                                                                        const LayerNormProblem& p) {
+  const auto stat_opts = input.options().dtype(layer_norm_stat_dtype(input.scalar_type()));
+  return {at::empty(input.sizes(), input.options().memory_format(at::MemoryFormat::Contiguous)),
+          at::empty(p.stat_sizes, stat_opts), at::empty(p.stat_sizes, stat_opts)};
+}
+
 LayerNormProblem check_layer_norm_backward(const at::Tensor& grad_output, const at::Tensor& input,
                                            at::IntArrayRef normalized_shape, const at::Tensor& mean,
                                            const at::Tensor& rstd, const std::optional<at::Tensor>& weight,

@@ -47,7 +47,7 @@ at::Tensor conv2d(const at::Tensor& input, const at::Tensor& weight, const at::T
                   const Conv2dProblem& p) {
   const at::Tensor x = conv2d_as_4d_dense(input, p);
   const at::Tensor w = weight.contiguous(memory_format(p));
-  const at::Tensor b = bias.defined() ? bias.contiguous() : bias;
+  const at::Tensor b = contiguous_if_defined(bias);
   at::Tensor out = at::empty({p.N, p.O, p.OH, p.OW}, x.options().memory_format(memory_format(p)));
   const Strides4 xs(x), ws(w), ys(out);
   const int64_t H = p.H, W = p.W, O = p.O, KH = p.KH, KW = p.KW, OH = p.OH, OW = p.OW;

@@ -32,7 +32,7 @@ at::Tensor fused_linear_relu(const at::Tensor& input, const at::Tensor& weight, 
                              const LinearProblem& p) {
   const at::Tensor x = input.contiguous();
   const at::Tensor w = weight.contiguous();
-  const at::Tensor b = bias.defined() ? bias.contiguous() : bias;
+  const at::Tensor b = contiguous_if_defined(bias);
   at::Tensor out = at::empty({p.M, p.N}, x.options());
   const int64_t M = p.M, N = p.N, K = p.K;
   XK_DISPATCH_FLOATING_TYPES(x.scalar_type(), "fused_linear_relu", [&] {

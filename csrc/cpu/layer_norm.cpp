@@ -17,11 +17,10 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> layer_norm_forward(const at::Tens
                                                                   const at::Tensor& bias, double eps,
                                                                   const LayerNormProblem& p) {
   const at::Tensor x = input.contiguous();
-  const at::Tensor w = weight.defined() ? weight.contiguous() : weight;
-  const at::Tensor b = bias.defined() ? bias.contiguous() : bias;
-  at::Tensor out = at::empty_like(x, at::MemoryFormat::Contiguous);
-  const auto stat_opts = x.options().dtype(entry::layer_norm_stat_dtype(x.scalar_type()));
-  at::Tensor mean = at::empty(p.stat_sizes, stat_opts), rstd = at::empty(p.stat_sizes, stat_opts);
+  const at::Tensor w = contiguous_if_defined(weight);
+  const at::Tensor b = contiguous_if_defined(bias);
+  at::Tensor out, mean, rstd;
+  std::tie(out, mean, rstd) = layer_norm_empty_outputs(x, p);
   const int64_t M = p.M, N = p.N;
   XK_DISPATCH_FLOATING_TYPES(x.scalar_type(), "layer_norm_forward", [&] {
     using acc = acc_t<scalar_t>;
@@ -80,8 +79,8 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> layer_norm_backward(const at::Ten
                                                                    const at::Tensor& rstd, const at::Tensor& weight,
                                                                    const LayerNormProblem& p, std::array<bool, 3> mask) {
   const at::Tensor x = input.contiguous(), dy = grad_output.contiguous();
-  const at::Tensor w = weight.defined() ? weight.contiguous() : weight;
-  const auto stat_dtype = entry::layer_norm_stat_dtype(x.scalar_type());
+  const at::Tensor w = contiguous_if_defined(weight);
+  const auto stat_dtype = layer_norm_stat_dtype(x.scalar_type());
   const at::Tensor mu_t = mean.to(stat_dtype).contiguous(), rs_t = rstd.to(stat_dtype).contiguous();
   const int64_t M = p.M, N = p.N;
   at::Tensor gi = mask[0] ? at::empty_like(x, at::MemoryFormat::Contiguous) : empty_grad_like(x);

@@ -82,7 +82,7 @@ at::Tensor conv2d(const at::Tensor& input, const at::Tensor& weight, const at::T
   const auto fmt = problem_format(p);
   const at::Tensor x = conv2d_as_4d_dense(input, p);
   const at::Tensor w = weight.contiguous(fmt);
-  const at::Tensor b = bias.defined() ? bias.contiguous() : bias;
+  const at::Tensor b = contiguous_if_defined(bias);
   at::Tensor y = at::empty({p.N, p.O, p.OH, p.OW}, input.options().memory_format(fmt));
   XK_DISPATCH_FLOATING_TYPES(input.scalar_type(), "xkernels.conv2d", [&] {
     if (p.channels_last)

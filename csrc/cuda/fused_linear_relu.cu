@@ -18,7 +18,7 @@ at::Tensor fused_linear_relu(const at::Tensor& input, const at::Tensor& weight, 
   const cudaStream_t stream = c10::cuda::getCurrentCUDAStream().stream();
   const at::Tensor x = input.reshape({p.M, p.K}).contiguous();
   const at::Tensor w = weight.contiguous();
-  const at::Tensor b = bias.defined() ? bias.contiguous() : bias;
+  const at::Tensor b = contiguous_if_defined(bias);
   at::Tensor out = at::empty({p.M, p.N}, input.options());
   XK_DISPATCH_FLOATING_TYPES(input.scalar_type(), "xkernels.fused_linear_relu", [&] {
     using T = cuda_t<scalar_t>;

@@ -26,7 +26,6 @@ RowLaunch row_launch(int64_t M, int64_t N) {
 }
 
 // mean / rstd dtype: the accumulation type (float64 for float64 input, else float32), as entry.h.
-at::ScalarType stat_dtype(at::ScalarType t) { return t == at::kDouble ? at::kDouble : at::kFloat; }
 
 }  // namespace
 
@@ -36,11 +35,10 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> layer_norm_forward(const at::Tens
   const c10::cuda::CUDAGuard guard(input.device());
   const cudaStream_t stream = c10::cuda::getCurrentCUDAStream().stream();
   const at::Tensor x = input.contiguous();
-  const at::Tensor w = weight.defined() ? weight.contiguous() : weight;
-  const at::Tensor b = bias.defined() ? bias.contiguous() : bias;
-  at::Tensor out = at::empty(input.sizes(), input.options());
-  const auto stat_opts = input.options().dtype(stat_dtype(input.scalar_type()));
-  at::Tensor mean = at::empty(p.stat_sizes, stat_opts), rstd = at::empty(p.stat_sizes, stat_opts);
+  const at::Tensor w = contiguous_if_defined(weight);
+  const at::Tensor b = contiguous_if_defined(bias);
+  at::Tensor out, mean, rstd;
+  std::tie(out, mean, rstd) = layer_norm_empty_outputs(input, p);
   const RowLaunch L = row_launch(p.M, p.N);
   XK_DISPATCH_FLOATING_TYPES(input.scalar_type(), "xkernels.layer_norm", [&] {
     using T = cuda_t<scalar_t>;
@@ -62,8 +60,8 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> layer_norm_backward(const at::Ten
   const c10::cuda::CUDAGuard guard(input.device());
   const cudaStream_t stream = c10::cuda::getCurrentCUDAStream().stream();
   const at::Tensor x = input.contiguous(), dy = grad_output.contiguous();
-  const at::Tensor w = weight.defined() ? weight.contiguous() : weight;
-  const at::ScalarType sd = stat_dtype(input.scalar_type());
+  const at::Tensor w = contiguous_if_defined(weight);
+  const at::ScalarType sd = layer_norm_stat_dtype(input.scalar_type());
   const at::Tensor mu = mean.to(sd).contiguous(), rs = rstd.to(sd).contiguous();
   at::Tensor gi = mask[0] ? at::empty(input.sizes(), input.options()) : empty_grad_like(input);
   at::Tensor gw = mask[1] ? at::empty(p.normalized_shape, input.options()) : empty_grad_like(input);

@@ -72,7 +72,6 @@ struct Conv2dConfig {
   static constexpr int64_t kReduceLocal = 64;  // work-items per work-group in the split reduction
 };
 
-int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 // Sub-group size for element type `dtype` on a device: the preferred size when the device
 // supports it, else the device's largest (every kernel is instantiated per size).
@@ -247,7 +246,7 @@ sycl::event launch_reduce(sycl::queue& q, const DeviceTraits& traits, const at::
 at::Tensor conv2d(const at::Tensor& input, const at::Tensor& weight, const at::Tensor& bias, const Conv2dProblem& p) {
   const auto out_fmt = p.channels_last ? at::MemoryFormat::ChannelsLast : at::MemoryFormat::Contiguous;
   const at::Tensor x = as_4d(input);
-  const at::Tensor b = bias.defined() ? bias.contiguous() : bias;
+  const at::Tensor b = contiguous_if_defined(bias);
   at::Tensor out = at::empty({p.N, p.O, p.OH, p.OW}, input.options().memory_format(out_fmt));
   sycl::queue& q = queue_for(x);
   const DeviceTraits& traits = traits_of(q);

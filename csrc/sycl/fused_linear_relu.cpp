@@ -55,7 +55,6 @@ struct LinearConfig {
   static constexpr int64_t kColumnLocal = 16;  // work-items per work-group of the column kernels
 };
 
-int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 enum class GemmVariant { Cpu, Gpu };
 
@@ -200,7 +199,7 @@ at::Tensor fused_linear_relu(const at::Tensor& input, const at::Tensor& weight, 
                              const LinearProblem& p) {
   const at::Tensor x = input.reshape({p.M, p.K}).contiguous();
   const at::Tensor w = weight.contiguous();
-  const at::Tensor b = bias.defined() ? bias.contiguous() : bias;
+  const at::Tensor b = contiguous_if_defined(bias);
   at::Tensor out = at::empty({p.M, p.N}, x.options());
   sycl::queue& q = queue_for(x);
   const GemmVariant variant = choose_variant(traits_of(q));

@@ -43,7 +43,6 @@ std::vector<std::string> layer_norm_kernel_names(const DeviceTraits& t) {
 
 const KernelGroup& kLayerNormGroup = register_kernel_group({"layer_norm.hpp", layer_norm_kernel_names});
 
-int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 // One sub-group per row: the nd_range for M rows.
 sycl::nd_range<1> row_range(const DeviceTraits& t, int64_t M) {
@@ -59,11 +58,10 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> layer_norm_forward(const at::Tens
                                                                   const at::Tensor& bias, double eps,
                                                                   const LayerNormProblem& p) {
   const at::Tensor x = input.contiguous();
-  const at::Tensor w = weight.defined() ? weight.contiguous() : weight;
-  const at::Tensor b = bias.defined() ? bias.contiguous() : bias;
-  at::Tensor out = at::empty_like(x, at::MemoryFormat::Contiguous);
-  const auto stat_opts = x.options().dtype(entry::layer_norm_stat_dtype(x.scalar_type()));
-  at::Tensor mean = at::empty(p.stat_sizes, stat_opts), rstd = at::empty(p.stat_sizes, stat_opts);
+  const at::Tensor w = contiguous_if_defined(weight);
+  const at::Tensor b = contiguous_if_defined(bias);
+  at::Tensor out, mean, rstd;
+  std::tie(out, mean, rstd) = layer_norm_empty_outputs(x, p);
   sycl::queue& q = queue_for(x);
   const DeviceTraits& traits = traits_of(q);
   sycl::event done;
@@ -84,8 +82,8 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> layer_norm_backward(
     const at::Tensor& grad_output, const at::Tensor& input, const at::Tensor& mean, const at::Tensor& rstd,
     const at::Tensor& weight, const LayerNormProblem& p, std::array<bool, 3> mask) {
   const at::Tensor x = input.contiguous(), dy = grad_output.contiguous();
-  const at::Tensor w = weight.defined() ? weight.contiguous() : weight;
-  const auto stat_dtype = entry::layer_norm_stat_dtype(x.scalar_type());
+  const at::Tensor w = contiguous_if_defined(weight);
+  const auto stat_dtype = layer_norm_stat_dtype(x.scalar_type());
   const at::Tensor mu_t = mean.to(stat_dtype).contiguous(), rs_t = rstd.to(stat_dtype).contiguous();
   const bool want_x = mask[0], want_w = mask[1], want_b = mask[2];  // the entry clears bits for absent parameters
   at::Tensor gi = want_x ? at::empty_like(x, at::MemoryFormat::Contiguous) : empty_grad_like(x);

@@ -105,7 +105,6 @@ Grads conv2d_backward(const at::Tensor& grad_output, const at::Tensor& input, co
 }
 
 // ---------------------------------------------------------------- layer_norm
-inline at::ScalarType layer_norm_stat_dtype(at::ScalarType t) { return t == at::kDouble ? at::kDouble : at::kFloat; }
 
 template <Chooser choose>
 Grads layer_norm_forward(const at::Tensor& input, at::IntArrayRef normalized_shape,

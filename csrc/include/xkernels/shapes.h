@@ -5,6 +5,7 @@
 #include <ATen/core/Tensor.h>
 #include <c10/util/ArrayRef.h>
 #include <array>
+#include <tuple>
 #include <optional>
 #include <vector>
 
@@ -69,6 +70,19 @@ LayerNormProblem check_layer_norm_backward(const at::Tensor& grad_output, const 
                                            at::IntArrayRef normalized_shape, const at::Tensor& mean,
                                            const at::Tensor& rstd, const std::optional<at::Tensor>& weight,
                                            const std::optional<at::Tensor>& bias);
+
+// Dtype of layer_norm's saved mean / rstd: the accumulation type (float64 for float64, else float32).
+inline at::ScalarType layer_norm_stat_dtype(at::ScalarType t) { return t == at::kDouble ? at::kDouble : at::kFloat; }
+// Uninitialized (output, mean, rstd) of layer_norm_forward in the layout ops.h specifies (output dense,
+// stats shaped p.stat_sizes in layer_norm_stat_dtype), for every backend to fill.
+std::tuple<at::Tensor, at::Tensor, at::Tensor> layer_norm_empty_outputs(const at::Tensor& input,
+                                                                        const LayerNormProblem& p);
+
+// An optional parameter made dense, or left undefined when absent.
+inline at::Tensor contiguous_if_defined(const at::Tensor& t) { return t.defined() ? t.contiguous() : t; }
+
+// Host-side launch arithmetic.
+inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 // Returns the tensor if defined and present, else an undefined tensor.
 inline at::Tensor value_or_undefined(const std::optional<at::Tensor>& t) {
