@@ -32,6 +32,11 @@ ldd "$SO" | grep -q libasan || { echo "sanitize_check: $SO is not linked against
 
 LIBASAN=$(${CXX:-c++} -print-file-name=libasan.so)
 [ -e "$LIBASAN" ] || { echo "sanitize_check: libasan.so not found ($LIBASAN)"; exit 1; }
+# libstdc++ preloaded right after libasan: CPython does not link it, and ASan's __cxa_throw interceptor
+# resolves the real function when ASan starts; with libstdc++ only dlopen'ed later (by torch) the first
+# C++ exception aborts in "CHECK failed: ... real___cxa_throw != 0".
+LIBSTDCXX=$(${CXX:-c++} -print-file-name=libstdc++.so.6)
+[ -e "$LIBSTDCXX" ] || { echo "sanitize_check: libstdc++.so.6 not found ($LIBSTDCXX)"; exit 1; }
 
 if [ $# -eq 0 ]; then
   set -- tests/test_layer_norm.py tests/test_fused_linear_relu.py tests/test_conv2d.py tests/test_validation.py \
@@ -47,7 +52,7 @@ export UBSAN_OPTIONS="halt_on_error=1:abort_on_error=1:print_stacktrace=1:log_pa
 export XKERNELS_BACKEND=reference XKERNELS_FUZZ_EXAMPLES=${XKERNELS_FUZZ_EXAMPLES:-40}
 export HYPOTHESIS_PROFILE=${HYPOTHESIS_PROFILE:-dev}
 set +e
-LD_PRELOAD="$LIBASAN" PYTHONPATH="$OUT:$ROOT/tests" "$PY" -m pytest -q -p no:cacheprovider -x "$@"
+LD_PRELOAD="$LIBASAN:$LIBSTDCXX" PYTHONPATH="$OUT:$ROOT/tests" "$PY" -m pytest -q -p no:cacheprovider -x "$@"
 rc=$?
 set -e
 reports=$(cat "$LOG".* 2>/dev/null | grep -E "ERROR: AddressSanitizer|runtime error:|ERROR: LeakSanitizer" || true)

@@ -28,7 +28,6 @@ from _reliability import (
     mem_available_bytes,
     require_op,
     run_python,
-    slow_marks,
     supports,
     u_acc,
     u_out,
@@ -506,15 +505,15 @@ with xkernels.use_backend(backend):
 print("OK")
 """
 
-BIG_NEED = {"fused_linear_relu": 2 * 65537 * 32769, "layer_norm": 3 * 2 * (2**20 + 3) * 2049,
-            "conv2d": 3 * 2 * 65537 * 32769}
+# Bytes of the big tensors each case holds at once (bfloat16): the output, plus the input for layer_norm
+# and conv2d. Measured peak RSS of the child (/usr/bin/time): 8.8 GB for layer_norm and conv2d on both CPU
+# backends, 12-27 s each on 2 cores.
+BIG_NEED = {"fused_linear_relu": 2 * 65537 * 32769, "layer_norm": 2 * 2 * (2**20 + 3) * 2049,
+            "conv2d": 2 * 2 * 65537 * 32769}
+BIG_HEADROOM = 2**31  # torch, the SYCL runtime, the small reference rows
 
 
-@pytest.mark.parametrize("op", [
-    "fused_linear_relu",
-    pytest.param("layer_norm", marks=slow_marks()),
-    pytest.param("conv2d", marks=slow_marks()),
-])
+@pytest.mark.parametrize("op", ["fused_linear_relu", "layer_norm", "conv2d"])
 @pytest.mark.parametrize("backend", backend_params())
 def test_more_than_2_31_elements(backend, op):
     """int64 indexing: a result with more than 2^31 elements (bfloat16) is right at the start, around
@@ -526,8 +525,8 @@ def test_more_than_2_31_elements(backend, op):
         if free < 2 * need:
             pytest.skip(f"needs {2 * need / 2**30:.1f} GiB free GPU memory, {free / 2**30:.1f} GiB free")
     avail = mem_available_bytes()
-    if avail < 2 * need + 2**31:
-        pytest.skip(f"needs ~{(2 * need + 2**31) / 2**30:.1f} GiB available memory, {avail / 2**30:.1f} GiB available")
+    if avail < need + BIG_HEADROOM:
+        pytest.skip(f"needs ~{(need + BIG_HEADROOM) / 2**30:.1f} GiB available memory, {avail / 2**30:.1f} GiB available")
     r = subprocess.run([sys.executable, "-c", BIG_CHILD, backend, op], capture_output=True, text=True,
                        timeout=1200, env=child_env())
     assert r.returncode == 0 and "OK" in r.stdout, describe_result(r)
