@@ -134,8 +134,9 @@ done
 for src in csrc/cuda/*.cpp; do
   name=cxx-$(basename "$src" .cpp)
   # -O2 as in the Release build: at -O0 g++ reports a false -Wreturn-type in entry.h's XK_CALL_BACKEND switch.
+  # -DXKERNELS_WITH_SYCL: also the code paths of a build with both backends (SYCL on CUDA tensors).
   start_job "$name" "$CXX" -std=c++20 -O2 -fPIC -Wall -Wextra -Wno-unused-parameter -Werror -ffp-contract=off \
-    "${TORCH_DEFS[@]}" "${TORCH_INCS[@]}" -c "$src" -o "$OUT/obj/$name.o"
+    "${TORCH_DEFS[@]}" -DXKERNELS_WITH_SYCL "${TORCH_INCS[@]}" -I "$CUDA_INC" -c "$src" -o "$OUT/obj/$name.o"
 done
 for p in "${PIDS[@]}"; do wait "$p" || true; done
 

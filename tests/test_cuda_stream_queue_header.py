@@ -29,3 +29,19 @@ def test_cuda_stream_queue_header_compiles(tmp_path):
                         "-DSYCL_DISABLE_FSYCL_SYCLHPP_WARNING", f"-I{REPO / 'csrc' / 'sycl'}",
                         "-isystem", str(SYCL_INCLUDE), str(src)], capture_output=True, text=True)
     assert p.returncode == 0, p.stderr
+
+
+@pytest.mark.skipif(not (SYCL_INCLUDE / "sycl" / "sycl.hpp").exists(), reason="SYCL runtime headers not installed")
+def test_cuda_stream_queue_header_demands_the_interop_macro_first(tmp_path):
+    # SYCL's backend.hpp defines the stable CUDA interop unless the experimental macro came first; the two
+    # collide in confusing template errors, so the header stops with a clear one instead.
+    cxx = shutil.which("c++") or shutil.which("g++")
+    if cxx is None:
+        pytest.skip("no C++ compiler")
+    src = tmp_path / "late.cpp"
+    src.write_text('#include <sycl/sycl.hpp>\n#include "cuda_stream_queue.h"\n')
+    p = subprocess.run([cxx, "-std=c++17", "-fsyntax-only", "-DSYCL_DISABLE_FSYCL_SYCLHPP_WARNING",
+                        f"-I{REPO / 'csrc' / 'sycl'}", "-isystem", str(SYCL_INCLUDE), str(src)],
+                       capture_output=True, text=True)
+    assert p.returncode != 0
+    assert "define SYCL_EXT_ONEAPI_BACKEND_CUDA_EXPERIMENTAL before including any SYCL header" in p.stderr

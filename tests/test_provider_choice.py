@@ -328,3 +328,47 @@ def test_choice_for_the_real_opencl_cpu_device(device_probe, spec, source, image
     for backend, is_cpu, is_gpu, arch, got_source, got_image in cpus:
         assert is_gpu == "0"
         assert got_source == source and got_image == image, (arch, got_source, got_image)
+
+
+# ---------------------------------------------------------------- SYCL on CUDA tensors: torch's cuda:N -> SYCL device
+
+U0, U1, U2 = "00" * 16, "ab" * 16, "0123456789abcdef" * 2
+
+
+def cuda_match(cli: Path, index: int, torch_uuid: str, *devs: str) -> dict[str, list[str]]:
+    code, out = run(cli, "cuda-match", str(index), torch_uuid, *devs)
+    assert code == 0, out
+    return out
+
+
+def test_cuda_match_by_uuid_ignores_a_different_order(cli):
+    # torch's cuda:0 is the runtime's second CUDA device (e.g. CUDA_VISIBLE_DEVICES honoured by one side only)
+    out = cuda_match(cli, 0, U1, f"u:{U0}", f"u:{U1}")
+    assert out["index"] == ["1"] and out["by_uuid"] == ["1"] and out["why"] == [""]
+
+
+def test_cuda_match_uuid_is_case_insensitive(cli):
+    out = cuda_match(cli, 1, U2.upper(), f"u:{U0}", f"u:{U1}", f"u:{U2}")
+    assert out["index"] == ["2"] and out["by_uuid"] == ["1"]
+
+
+def test_cuda_match_by_index_when_a_side_has_no_uuid(cli):
+    assert cuda_match(cli, 1, "-", f"u:{U0}", f"u:{U1}")["index"] == ["1"]
+    out = cuda_match(cli, 1, U0, "u:", "u:")  # the runtime reports no UUIDs: ordinal
+    assert out["index"] == ["1"] and out["by_uuid"] == ["0"]
+
+
+@pytest.mark.parametrize("index,uuid,devs,fragments", [
+    (0, U0, [], ["lists no CUDA device", "libur_adapter_cuda.so"]),
+    (2, "-", ["u:", "u:"], ["lists 2 CUDA device(s), none with index 2", "cuda:2"]),
+    (0, U2, [f"u:{U0}", f"u:{U1}"], ["none of the SYCL runtime's 2 CUDA device(s) has the UUID of cuda:0", U2,
+                                     "CUDA_VISIBLE_DEVICES"]),
+    (0, U1, [f"u:{U0}", f"x:{U1}"], ["CUDA device 1 (matched to cuda:0 by UUID) is unusable",
+                                     "querying the device failed"]),
+    (0, "-", ["x:", "u:"], ["CUDA device 0 (matched to cuda:0 by index) is unusable"]),
+])
+def test_cuda_match_errors_say_why(cli, index, uuid, devs, fragments):
+    out = cuda_match(cli, index, uuid, *devs)
+    assert out["index"] == ["-1"]
+    for f in fragments:
+        assert f in out["why"][0]

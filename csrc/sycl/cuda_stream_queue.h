@@ -13,6 +13,11 @@
 // device index is the caller's (runtime.cpp's) business; both sides use the device's primary CUDA
 // context, so torch's device pointers are valid in SYCL kernels.
 #pragma once
+// The experimental CUDA interop API must be chosen before the first SYCL header of the translation unit
+// (backend.hpp defines the stable variant otherwise, and the two collide): define this macro first.
+#if !defined(SYCL_EXT_ONEAPI_BACKEND_CUDA_EXPERIMENTAL) && defined(__LIBSYCL_MAJOR_VERSION)
+#error "cuda_stream_queue.h: define SYCL_EXT_ONEAPI_BACKEND_CUDA_EXPERIMENTAL before including any SYCL header"
+#endif
 #ifndef SYCL_EXT_ONEAPI_BACKEND_CUDA_EXPERIMENTAL
 #define SYCL_EXT_ONEAPI_BACKEND_CUDA_EXPERIMENTAL 1
 #endif

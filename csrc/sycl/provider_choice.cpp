@@ -305,4 +305,53 @@ std::string describe(const Choice& c) {
   return out;
 }
 
+std::string uuid_hex(const unsigned char* bytes16) {
+  static const char* digits = "0123456789abcdef";
+  std::string out;
+  for (int i = 0; i < 16; ++i) {
+    out += digits[bytes16[i] >> 4];
+    out += digits[bytes16[i] & 15];
+  }
+  return out;
+}
+
+CudaDeviceMatch match_cuda_device(int torch_index, const std::string& torch_uuid,
+                                  const std::vector<CudaSyclDevice>& devs) {
+  CudaDeviceMatch m;
+  const std::string who = "cuda:" + std::to_string(torch_index);
+  if (devs.empty()) {
+    m.error = "the SYCL runtime lists no CUDA device (the oneAPI CUDA plugin, libur_adapter_cuda.so, is not "
+              "installed or found no GPU)";
+    return m;
+  }
+  const bool sycl_has_uuids = std::all_of(devs.begin(), devs.end(), [](const auto& d) { return !d.uuid.empty(); });
+  if (!torch_uuid.empty() && sycl_has_uuids) {
+    for (size_t i = 0; i < devs.size(); ++i)
+      if (lower(devs[i].uuid) == lower(torch_uuid)) {
+        m.index = static_cast<int>(i);
+        m.by_uuid = true;
+        break;
+      }
+    if (m.index < 0) {
+      m.error = "none of the SYCL runtime's " + std::to_string(devs.size()) + " CUDA device(s) has the UUID of " +
+                who + " (" + lower(torch_uuid) + "); do torch and SYCL see the same GPUs (CUDA_VISIBLE_DEVICES)?";
+      return m;
+    }
+  } else {
+    if (torch_index < 0 || torch_index >= static_cast<int>(devs.size())) {
+      m.error = "the SYCL runtime lists " + std::to_string(devs.size()) + " CUDA device(s), none with index " +
+                std::to_string(torch_index) + " for " + who;
+      return m;
+    }
+    m.index = torch_index;
+  }
+  const auto& d = devs[static_cast<size_t>(m.index)];
+  if (!d.usable) {
+    m.error = "the SYCL runtime's CUDA device " + std::to_string(m.index) + " (matched to " + who +
+              (m.by_uuid ? " by UUID" : " by index") + ") is unusable: " + d.unusable_reason;
+    m.index = -1;
+  }
+  return m;
+}
+
 }  // namespace xkernels::sycl_backend::provider_choice

@@ -92,6 +92,27 @@ std::string runtime_ptx_target(const std::vector<DeviceDesc>& cuda_devices);
 // "SYCL_JIT_AMDGCN_PTX_TARGET_CPU=sm_90 (set)" or "... =sm_80 (kept the user's value; wanted sm_90)".
 std::vector<std::string> apply_runtime_env(const std::vector<std::pair<std::string, std::string>>& env);
 
+// ---- SYCL on CUDA tensors: which SYCL device is torch's cuda:<index>
+// One SYCL device of the CUDA backend, in the order the runtime lists them.
+struct CudaSyclDevice {
+  bool usable = false;
+  std::string unusable_reason;
+  std::string uuid;  // 32 lowercase hex digits, "" when the runtime does not report one
+};
+struct CudaDeviceMatch {
+  int index = -1;      // into the list passed to match_cuda_device; -1 on error
+  bool by_uuid = false;
+  std::string error;   // why none matched (complete sentence fragment without the op name)
+};
+// Matches torch's CUDA device `torch_index` (whose UUID is `torch_uuid`, "" if unknown) to one of the
+// SYCL runtime's CUDA devices. By UUID when both sides know it (a CUDA_VISIBLE_DEVICES mismatch between
+// the two runtimes cannot then pick the wrong GPU); otherwise by ordinal (both list devices in CUDA's
+// order). The matched device must be usable.
+CudaDeviceMatch match_cuda_device(int torch_index, const std::string& torch_uuid,
+                                  const std::vector<CudaSyclDevice>& sycl_cuda_devices);
+// 32 lowercase hex digits of 16 bytes.
+std::string uuid_hex(const unsigned char* bytes16);
+
 // "aot-native (spir64_gen:pvc): <reason>" / "run-time-compile: <reason>".
 std::string describe(const Choice& c);
 

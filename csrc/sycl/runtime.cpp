@@ -8,6 +8,11 @@
 // processes skip the compiler. A build with oneAPI (XKERNELS_SYCL_AOT, docs/oneapi.md) also
 // links the same kernels compiled ahead of time; provider_choice.h decides per device which
 // one a device gets, and this file is the only one that knows.
+// Before any SYCL header: the CUDA backend interop (cuda_stream_queue.h) needs its experimental API,
+// and SYCL's backend.hpp picks one of two incompatible definitions of it on this macro.
+#ifndef SYCL_EXT_ONEAPI_BACKEND_CUDA_EXPERIMENTAL
+#define SYCL_EXT_ONEAPI_BACKEND_CUDA_EXPERIMENTAL 1
+#endif
 #include "sycl/runtime.h"
 
 #include <ATen/ATen.h>
@@ -24,16 +29,20 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <sstream>
+#include <tuple>
 #include <unordered_map>
 
+#include "sycl/cuda_stream_queue.h"
 #include "sycl/kernel_sources.h"
 #include "sycl/provider_choice.h"
 #include "sycl/provider_device.h"
 #include "sycl/runtime_info.h"
 #include "xkernels/backend.h"
+#include "xkernels/cuda_device_hooks.h"
 
 #ifdef XKERNELS_SYCL_AOT
 #include "sycl/aot_kernels.h"
@@ -214,6 +223,113 @@ sycl::queue& cpu_queue() {
     return new sycl::queue(sycl::context(d), d, throw_async, sycl::property_list{sycl::property::queue::in_order()});
   }();
   return *q;
+}
+
+// ---------------------------------------------------------------- SYCL on CUDA tensors
+// Torch's CUDA stream and device facts come from the native CUDA backend (cuda_device_hooks.h);
+// the queue on that stream is made through the CUDA backend interop (cuda_stream_queue.h).
+std::mutex g_cuda_hooks_mu;
+CudaDeviceHooks& cuda_hooks_storage() {
+  static CudaDeviceHooks h;
+  return h;
+}
+CudaDeviceHooks cuda_hooks() {
+  std::lock_guard<std::mutex> lock(g_cuda_hooks_mu);
+  return cuda_hooks_storage();
+}
+
+// The registry's CUDA devices in the runtime's order, as provider_choice sees them.
+std::vector<const DeviceRecord*> cuda_records() {
+  std::vector<const DeviceRecord*> out;
+  for (const auto& rec : registry().devices)
+    if (rec.backend == "cuda") out.push_back(&rec);
+  return out;
+}
+
+std::string sycl_device_uuid(const sycl::device& d) {
+  try {
+    if (!d.has(sycl::aspect::ext_intel_device_info_uuid)) return "";
+    const auto u = d.get_info<sycl::ext::intel::info::device::uuid>();
+    return pc::uuid_hex(u.data());
+  } catch (const std::exception&) {
+    return "";
+  }
+}
+
+// The SYCL device (and its context) for torch's cuda:<index>; matched once per index.
+struct CudaTarget {
+  sycl::device device;
+  sycl::context context;
+};
+const CudaTarget& cuda_target(int index, const char* who) {
+  static std::mutex mu;
+  static auto* targets = new std::unordered_map<int, std::unique_ptr<CudaTarget>>();  // leaked: see cpu_queue
+  std::lock_guard<std::mutex> lock(mu);
+  auto& slot = (*targets)[index];
+  if (slot) return *slot;
+  const CudaDeviceHooks h = cuda_hooks();
+  std::string torch_uuid;
+  unsigned char raw[16];
+  if (h.uuid && h.uuid(index, raw)) torch_uuid = pc::uuid_hex(raw);
+  const auto recs = cuda_records();
+  std::vector<pc::CudaSyclDevice> candidates;
+  for (const DeviceRecord* rec : recs) {
+    pc::CudaSyclDevice c;
+    c.usable = rec->usable;
+    c.unusable_reason = rec->unusable_reason;
+    c.uuid = sycl_device_uuid(rec->device);
+    candidates.push_back(std::move(c));
+  }
+  const pc::CudaDeviceMatch m = pc::match_cuda_device(index, torch_uuid, candidates);
+  TORCH_CHECK(m.index >= 0, "xkernels: ", who, ": the SYCL backend cannot run on cuda:", index, ": ", m.error,
+              registry().error.empty() ? "" : " (" + registry().error + ")");
+  const sycl::device& d = recs[static_cast<size_t>(m.index)]->device;
+  // The platform's default context: the CUDA adapter's contexts use the device's primary CUDA context,
+  // the one torch allocates in, so torch's device pointers are valid in SYCL kernels.
+  slot = std::make_unique<CudaTarget>(CudaTarget{d, d.get_platform().khr_get_default_context()});
+  return *slot;
+}
+
+// Compute capabilities torch reports, per SYCL CUDA device record (matched as cuda_target does); empty
+// without the native CUDA backend's hooks. Unmatched devices are left out (the architecture name decides).
+std::map<const DeviceRecord*, std::pair<int, int>> torch_compute_capabilities() {
+  std::map<const DeviceRecord*, std::pair<int, int>> out;
+  const CudaDeviceHooks h = cuda_hooks();
+  if (!h.device_count || !h.compute_capability) return out;
+  const auto recs = cuda_records();
+  if (recs.empty()) return out;
+  std::vector<pc::CudaSyclDevice> candidates;
+  for (const DeviceRecord* rec : recs) candidates.push_back({rec->usable, rec->unusable_reason, sycl_device_uuid(rec->device)});
+  int n = 0;
+  try {
+    n = h.device_count();
+  } catch (const std::exception&) {
+    return out;  // torch cannot initialise CUDA: nothing to add
+  }
+  for (int i = 0; i < n; ++i) {
+    std::string uuid;
+    unsigned char raw[16];
+    int major = 0, minor = 0;
+    try {
+      if (h.uuid && h.uuid(i, raw)) uuid = pc::uuid_hex(raw);
+      if (!h.compute_capability(i, &major, &minor)) continue;
+    } catch (const std::exception&) {
+      continue;
+    }
+    const pc::CudaDeviceMatch m = pc::match_cuda_device(i, uuid, candidates);
+    if (m.index >= 0) out[recs[static_cast<size_t>(m.index)]] = {major, minor};
+  }
+  return out;
+}
+
+// Torch's current stream on cuda:<index>, as a queue (cached per stream, never made per call).
+sycl::queue& cuda_stream_queue(int index) {
+  const CudaDeviceHooks h = cuda_hooks();
+  TORCH_CHECK(h.current_stream, "xkernels: SYCL kernels on CUDA tensors need the native CUDA backend's access to "
+              "torch's CUDA streams, and this build has no native CUDA backend");
+  const CudaTarget& t = cuda_target(index, "SYCL on CUDA tensors");
+  void* stream = h.current_stream(index);
+  return cuda_interop::queue_for_stream(t.context, static_cast<cuda_interop::NativeStream>(stream));
 }
 
 // ---------------------------------------------------------------- runtime version
@@ -551,10 +667,13 @@ void prepare_runtime_compile() {
         if (kv.first == k) return;  // one value per variable: the first device's
       env.emplace_back(k, v);
     };
+    const std::map<const DeviceRecord*, std::pair<int, int>> torch_cc = torch_compute_capabilities();
     for (const auto& rec : registry().devices) {
       if (!rec.usable) continue;
-      const pc::DeviceDesc d = pc::describe_device(rec.device);
+      pc::DeviceDesc d = pc::describe_device(rec.device);
       if (d.backend == pc::DeviceBackend::Cuda) {
+        // torch's compute capability wins: it also covers GPUs newer than the runtime's architecture list.
+        if (auto it = torch_cc.find(&rec); it != torch_cc.end()) std::tie(d.cc_major, d.cc_minor) = it->second;
         cuda.push_back(d);
         continue;
       }
@@ -758,9 +877,12 @@ sycl::queue& queue_for(const at::Tensor& t) {
     return c10::xpu::getCurrentXPUStream(t.device().index()).queue();
   }
 #endif
+  // CUDA tensors reach here only when the CUDA key chose SYCL (choose_cuda_backend, native CUDA built):
+  // torch's current stream on the tensor's device, as a SYCL queue of the matching CUDA device.
+  if (t.device().is_cuda()) return cuda_stream_queue(t.device().index());
   TORCH_CHECK(false, "xkernels: the SYCL backend cannot run on tensors on device ", t.device(),
-              " (CPU tensors run on the SYCL CPU device; XPU tensors need torch built with XPU",
-              t.device().is_cuda() ? "; this build does not launch SYCL kernels on CUDA tensors" : "", ")");
+              " (CPU tensors run on the SYCL CPU device; XPU tensors need torch built with XPU; CUDA tensors need "
+              "the oneAPI CUDA plugin)");
 }
 
 const DeviceTraits& traits_of(const sycl::queue& q) { return traits_of_device(q.get_device()); }
@@ -978,6 +1100,11 @@ bool sycl_cpu_available(at::ScalarType dtype, std::string* why_not) {
       return rec.traits.fp16 ? true : fail("the SYCL CPU device '" + rec.traits.name + "' has no fp16 support");
     default: return fail(std::string("dtype ") + c10::toString(dtype) + " is not supported by the SYCL kernels");
   }
+}
+
+void set_cuda_device_hooks(const CudaDeviceHooks& hooks) {
+  std::lock_guard<std::mutex> lock(sycl_backend::g_cuda_hooks_mu);
+  sycl_backend::cuda_hooks_storage() = hooks;
 }
 
 bool sycl_cuda_device_available(int index, std::string* why_not) {

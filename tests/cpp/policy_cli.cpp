@@ -3,6 +3,8 @@
 //   policy_cli ptx-target CC [CC...]                 (CC like 8.0; 0 = unknown)
 //   policy_cli cuda-key REQUESTED NATIVE_BUILT SYCL_BUILT SYCL_SEES  (0/1 flags; why-not texts fixed)
 //   policy_cli apply-env NAME VALUE [NAME VALUE...]  (apply_runtime_env, then the resulting values)
+//   policy_cli cuda-match INDEX TORCH_UUID DEV...    (DEV: "u:<uuid>" usable, "x:<uuid>" unusable; uuid may
+//                                                     be empty; TORCH_UUID "-" for unknown)
 // Prints key=value lines; exit code 2 with "error=..." when the input is rejected.
 #include <cstdlib>
 #include <iostream>
@@ -91,6 +93,26 @@ int cuda_key(int argc, char** argv) {
   return 0;
 }
 
+int cuda_match(int argc, char** argv) {
+  if (argc < 4) throw std::invalid_argument("cuda-match needs INDEX TORCH_UUID DEV...");
+  std::vector<pc::CudaSyclDevice> devs;
+  for (int i = 4; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a.size() < 2 || a[1] != ':' || (a[0] != 'u' && a[0] != 'x')) throw std::invalid_argument("bad device " + a);
+    pc::CudaSyclDevice d;
+    d.usable = a[0] == 'u';
+    d.unusable_reason = d.usable ? "" : "querying the device failed";
+    d.uuid = a.substr(2);
+    devs.push_back(d);
+  }
+  const std::string uuid = std::string(argv[3]) == "-" ? "" : argv[3];
+  const auto m = pc::match_cuda_device(std::atoi(argv[2]), uuid, devs);
+  std::cout << "index=" << m.index << "\n";
+  std::cout << "by_uuid=" << (m.by_uuid ? 1 : 0) << "\n";
+  std::cout << "why=" << m.error << "\n";
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -100,7 +122,8 @@ int main(int argc, char** argv) {
     if (mode == "ptx-target") return ptx_target(argc, argv);
     if (mode == "cuda-key") return cuda_key(argc, argv);
     if (mode == "apply-env") return apply_env(argc, argv);
-    throw std::invalid_argument("mode must be provider, ptx-target or cuda-key");
+    if (mode == "cuda-match") return cuda_match(argc, argv);
+    throw std::invalid_argument("mode must be provider, ptx-target, cuda-key, apply-env or cuda-match");
   } catch (const std::invalid_argument& e) {
     std::cout << "error=" << e.what() << "\n";
     return 2;
