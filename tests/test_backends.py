@@ -187,6 +187,64 @@ def test_dispatch_record_forward_and_backward():
     assert "fused_linear_relu" in rec.summary()
 
 
+def _graph_of_every_op(requires_grad=True):
+    x = torch.randn(3, 4, requires_grad=requires_grad)
+    w = torch.randn(5, 4, requires_grad=requires_grad)
+    xi = torch.randn(1, 2, 5, 5, requires_grad=requires_grad)
+    wi = torch.randn(3, 2, 3, 3, requires_grad=requires_grad)
+    return (xkernels.fused_linear_relu(x, w).sum() + xkernels.conv2d(xi, wi, padding=1).sum()
+            + xkernels.layer_norm(x, [4]).sum())
+
+
+BACKWARD_OPS = ("fused_linear_relu_backward", "conv2d_backward", "layer_norm_backward")
+
+
+def _backward_backends(rec):
+    return {op: backend for (op, backend, _device) in rec.counts() if op in BACKWARD_OPS}
+
+
+def test_backward_runs_on_the_forward_selection_from_another_thread():
+    # The autograd engine runs CUDA/XPU backwards on its own device threads, which do not see the forward
+    # thread's use_backend; the selection saved at forward time is re-applied around the backward op. On the
+    # CPU the backward runs on the calling thread, so calling it from a new thread shows the same thing.
+    others = [b for b in ("sycl", "reference") if xkernels.backends()[b].available]
+    for forward_backend in others:
+        with xkernels.use_backend(forward_backend):
+            loss = _graph_of_every_op()
+        errors = []
+
+        def run_backward():
+            try:
+                loss.backward()
+            except Exception as e:  # noqa: BLE001  (reported below)
+                errors.append(e)
+
+        with xkernels.dispatch_record() as rec:
+            t = threading.Thread(target=run_backward)
+            t.start()
+            t.join()
+        assert not errors, errors
+        assert _backward_backends(rec) == {op: forward_backend for op in BACKWARD_OPS}
+        assert xkernels.current_backend() == "auto"  # nothing leaked into this thread
+
+
+def test_backward_forward_selection_wins_and_is_restored():
+    with xkernels.use_backend("reference"):
+        loss = _graph_of_every_op()
+    target = "sycl" if xkernels.backends()["sycl"].available else "auto"
+    with xkernels.use_backend(target), xkernels.dispatch_record() as rec:
+        loss.backward()
+        assert xkernels.current_backend() == target  # restored after each backward op
+    assert _backward_backends(rec) == {op: "reference" for op in BACKWARD_OPS}
+
+
+def test_backward_without_forward_selection_uses_the_backward_threads():
+    loss = _graph_of_every_op()  # no use_backend at forward time
+    with xkernels.use_backend("reference"), xkernels.dispatch_record() as rec:
+        loss.backward()
+    assert _backward_backends(rec) == {op: "reference" for op in BACKWARD_OPS}
+
+
 def test_dispatch_record_auto_fallback_has_reason():
     if xkernels.backends()["sycl"].available:
         pytest.skip("auto picks sycl here: no fallback to record")

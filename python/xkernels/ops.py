@@ -8,6 +8,8 @@ from collections.abc import Sequence
 import torch
 from torch import Tensor
 
+from . import _C
+
 _ops = torch.ops.xkernels
 
 _IntOr2 = int | Sequence[int]
@@ -224,20 +226,49 @@ def _layer_norm_backward_fake(grad_output, input, normalized_shape, mean, rstd, 
 
 
 # ------------------------------------------------------------------ autograd
-# Backward formulas call the xkernels backward ops, which dispatch per device like the
-# forwards (so the backward runs on the same backend selection as the forward would).
+# Backward formulas call the xkernels backward ops, which dispatch per device like the forwards.
+# The backend selected for the forward's thread (xkernels.use_backend) is saved with the graph and
+# re-applied around the backward op: the autograd engine runs CUDA/XPU backwards on its own device
+# threads, which do not see the forward thread's selection. With no selection at forward time, the
+# backward thread's own selection (or the process default) applies.
+
+
+class _ForwardSelection:
+    """Re-applies the forward's thread-local backend selection around a backward op."""
+
+    __slots__ = ("name", "previous")
+
+    def __init__(self, name):
+        self.name = name
+        self.previous = None
+
+    def __enter__(self):
+        if self.name is not None:
+            self.previous = _C.thread_backend()
+            _C.set_thread_backend(self.name)
+
+    def __exit__(self, *exc):
+        if self.name is not None:
+            _C.set_thread_backend(self.previous)
+        return False
+
+
+def _save_selection(ctx) -> None:
+    ctx.backend_selection = _C.thread_backend()
 
 
 def _fused_linear_relu_setup(ctx, inputs, output):
     input, weight, bias = inputs
     ctx.has_bias = bias is not None
+    _save_selection(ctx)
     ctx.save_for_backward(input, weight, output)
 
 
 def _fused_linear_relu_bwd(ctx, grad):
     input, weight, output = ctx.saved_tensors
     mask = [ctx.needs_input_grad[0], ctx.needs_input_grad[1], ctx.has_bias and ctx.needs_input_grad[2]]
-    gi, gw, gb = _ops.fused_linear_relu_backward(grad, input, weight, output, mask)
+    with _ForwardSelection(ctx.backend_selection):
+        gi, gw, gb = _ops.fused_linear_relu_backward(grad, input, weight, output, mask)
     return (gi if mask[0] else None, gw if mask[1] else None, gb if mask[2] else None)
 
 
@@ -250,6 +281,7 @@ def _conv2d_setup(ctx, inputs, output):
     input, weight, bias, stride, padding, dilation, groups = inputs
     ctx.has_bias = bias is not None
     ctx.params = (stride, padding, dilation, groups)
+    _save_selection(ctx)
     ctx.save_for_backward(input, weight)
 
 
@@ -257,7 +289,8 @@ def _conv2d_bwd(ctx, grad):
     input, weight = ctx.saved_tensors
     stride, padding, dilation, groups = ctx.params
     mask = [ctx.needs_input_grad[0], ctx.needs_input_grad[1], ctx.has_bias and ctx.needs_input_grad[2]]
-    gi, gw, gb = _ops.conv2d_backward(grad, input, weight, stride, padding, dilation, groups, mask)
+    with _ForwardSelection(ctx.backend_selection):
+        gi, gw, gb = _ops.conv2d_backward(grad, input, weight, stride, padding, dilation, groups, mask)
     return (gi if mask[0] else None, gw if mask[1] else None, gb if mask[2] else None, None, None, None, None)
 
 
@@ -271,13 +304,15 @@ def _layer_norm_setup(ctx, inputs, output):
     ctx.has_weight = weight is not None
     ctx.has_bias = bias is not None
     ctx.mark_non_differentiable(mean, rstd)
+    _save_selection(ctx)
     ctx.save_for_backward(input, weight, bias, mean, rstd)
 
 
 def _layer_norm_bwd(ctx, grad, _grad_mean, _grad_rstd):
     input, weight, bias, mean, rstd = ctx.saved_tensors
     mask = [ctx.needs_input_grad[0], ctx.has_weight and ctx.needs_input_grad[2], ctx.has_bias and ctx.needs_input_grad[3]]
-    gi, gw, gb = _ops.layer_norm_backward(grad, input, ctx.normalized_shape, mean, rstd, weight, bias, mask)
+    with _ForwardSelection(ctx.backend_selection):
+        gi, gw, gb = _ops.layer_norm_backward(grad, input, ctx.normalized_shape, mean, rstd, weight, bias, mask)
     return (gi if mask[0] else None, None, gw if mask[1] else None, gb if mask[2] else None, None)
 
 
