@@ -421,11 +421,14 @@ def test_warmup_compiles_all_groups(sycl_cpu, tmp_path):
                           "usable": sum(d["usable"] for d in _C.sycl.devices()), "builds": _C.sycl.build_log(),
                           "py": xkernels.warmup()}))
     """, tmp_path)
-    expected = out["usable"] * len(out["groups"])
-    assert expected >= 1 and len(out["res"]) == expected
+    # one build per (device, group, element type): "<device>: layer_norm.hpp [float]"
+    expected = len(out["res"])
+    assert expected >= out["usable"] * len(out["groups"]) * 2 >= 2  # float and bfloat16 at least
     labels = [label for label, _s in out["res"]]
+    assert len(set(labels)) == len(labels)
     for g in out["groups"]:
-        assert any(label.endswith(": " + g) for label in labels)
+        for part in ("float", "bfloat16"):
+            assert any(label.endswith(f": {g} [{part}]") for label in labels), (g, part, labels)
     assert all(s >= 0 for _l, s in out["res"])
     assert [c[0] for c in out["calls"]] == list(range(expected + 1)) and out["calls"][-1][2] == "done"
     assert len(out["builds"]) == expected  # compiled once each

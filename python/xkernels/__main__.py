@@ -415,6 +415,7 @@ def run_warmup(args) -> int:
     t0 = time.perf_counter()
     bar = None
     state = {"total": None, "task": None, "last": -1}
+    from rich.markup import escape
     if _interactive(console):
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
         bar = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
@@ -424,10 +425,10 @@ def run_warmup(args) -> int:
         if bar is not None:
             if state["task"] is None:
                 state["task"] = bar.add_task("compiling", total=total)
-            bar.update(state["task"], completed=done, description=f"compiling {label}")
+            bar.update(state["task"], completed=done, description=f"compiling {escape(label)}")
         elif done != state["last"] and done < total:  # called before each build, and once at the end
             state["last"] = done
-            console.print(f"  [{done + 1}/{total}] compiling {label}")
+            console.print(f"  \\[{done + 1}/{total}] compiling {escape(label)}")
 
     if bar is not None:
         with bar:
@@ -439,7 +440,7 @@ def run_warmup(args) -> int:
     t.add_column("device / kernel group")
     t.add_column("seconds", justify="right")
     for k, v in times.items():
-        t.add_row(str(k), f"{v:.2f}")
+        t.add_row(escape(str(k)), f"{v:.2f}")  # labels hold "[float]": not rich markup
     console.print(t)
     cache = xkernels.info()["cache"]
     console.print(f"done in {time.perf_counter() - t0:.1f} s; cache {cache['dir']} ({_human_bytes(cache['bytes'])})")
