@@ -204,10 +204,11 @@ LayerNormProblem check_layer_norm(const at::Tensor& input, at::IntArrayRef norma
 }
 
 std::tuple<at::Tensor, at::Tensor, at::Tensor> layer_norm_empty_outputs(const at::Tensor& input,
-                                                                        const LayerNormProblem& p) {
+                                                                        const LayerNormProblem& p, EmptyFn empty) {
+  if (empty == nullptr) empty = [](at::IntArrayRef sizes, const at::TensorOptions& opts) { return at::empty(sizes, opts); };
   const auto stat_opts = input.options().dtype(layer_norm_stat_dtype(input.scalar_type()));
-  return {at::empty(input.sizes(), input.options().memory_format(at::MemoryFormat::Contiguous)),
-          at::empty(p.stat_sizes, stat_opts), at::empty(p.stat_sizes, stat_opts)};
+  return {empty(input.sizes(), input.options().memory_format(at::MemoryFormat::Contiguous)),
+          empty(p.stat_sizes, stat_opts), empty(p.stat_sizes, stat_opts)};
 }
 
 LayerNormProblem check_layer_norm_backward(const at::Tensor& grad_output, const at::Tensor& input,

@@ -14,6 +14,7 @@
 #include <algorithm>
 #include <string>
 
+#include "sycl/host_alloc.h"
 #include "sycl/runtime.h"
 #include "xkernels/checks.h"
 #include "xkernels/dispatch.h"
@@ -147,7 +148,7 @@ at::Tensor pack_weight(const at::Tensor& weight, const Conv2dProblem& p, bool tr
   const at::Tensor src = transposed ? w5.permute({0, 3, 4, 1, 2}) : w5.permute({0, 3, 4, 2, 1});
   const int64_t src_ch = transposed ? Opg : Cpg, dst_ch = transposed ? Cpg : Opg;
   const int64_t body = G * p.KH * p.KW * src_ch * dst_pad;
-  at::Tensor packed = at::zeros({body + 1}, weight.options());
+  at::Tensor packed = empty({body + 1}, weight.options()).zero_();
   packed.narrow(0, 0, body).view({G, p.KH, p.KW, src_ch, dst_pad}).narrow(4, 0, dst_ch).copy_(src);
   return packed;
 }
@@ -159,7 +160,7 @@ at::Tensor pack_weight_groups(const at::Tensor& weight, const Conv2dProblem& p, 
   const at::Tensor w5 = weight.reshape({G, Opg, Cpg, p.KH, p.KW});
   const at::Tensor src = transposed ? w5.permute({3, 4, 1, 2, 0}) : w5.permute({3, 4, 2, 1, 0});
   const int64_t src_ch = transposed ? Opg : Cpg, dst_ch = transposed ? Cpg : Opg;
-  at::Tensor packed = at::zeros({p.KH, p.KW, src_ch, dst_ch, g_pad}, weight.options());
+  at::Tensor packed = empty({p.KH, p.KW, src_ch, dst_ch, g_pad}, weight.options()).zero_();
   packed.narrow(4, 0, G).copy_(src);
   return packed;
 }
@@ -247,7 +248,7 @@ at::Tensor conv2d(const at::Tensor& input, const at::Tensor& weight, const at::T
   const auto out_fmt = p.channels_last ? at::MemoryFormat::ChannelsLast : at::MemoryFormat::Contiguous;
   const at::Tensor x = as_4d(input);
   const at::Tensor b = contiguous_if_defined(bias);
-  at::Tensor out = at::empty({p.N, p.O, p.OH, p.OW}, input.options().memory_format(out_fmt));
+  at::Tensor out = empty({p.N, p.O, p.OH, p.OW}, input.options().memory_format(out_fmt));
   sycl::queue& q = queue_for(x);
   const DeviceTraits& traits = traits_of(q);
   XK_DISPATCH_FLOATING_TYPES(x.scalar_type(), "conv2d", [&] {
@@ -273,7 +274,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> conv2d_backward(const at::Tensor&
     const int64_t S = lanes_for(traits, std::is_same_v<scalar_t, double>);
     const char* type = kernel_type_name<scalar_t>();
     if (mask[0]) {  // grad_input: transposed convolution of grad_output with the weight
-      gi = at::empty({p.N, p.C, p.H, p.W}, input.options().memory_format(fmt));
+      gi = empty({p.N, p.C, p.H, p.W}, input.options().memory_format(fmt));
       run_destination_gemm<scalar_t>(q, traits, p, go, weight, at::Tensor(), gi, /*transposed=*/true);
       if (!p.batched) gi = gi.view(input.sizes());
     }
@@ -283,7 +284,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> conv2d_backward(const at::Tensor&
     const at::Tensor go_cl =
         mask[1] && !gw_groups ? go.contiguous(at::MemoryFormat::ChannelsLast) : at::Tensor();
     if (mask[1]) {  // grad_weight: split reduction over pixels, then an ordered sum of the splits
-      gw = at::empty(weight.sizes(), weight.options().memory_format(fmt));
+      gw = empty(weight.sizes(), weight.options().memory_format(fmt));
       int64_t Opg_pad = Opg, splits = 0;
       at::Tensor part;
       if (gw_groups) {
@@ -291,7 +292,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> conv2d_backward(const at::Tensor&
         const int64_t tiles = ceil_div(p.KH * p.KW, Conv2dConfig::kGradWeightGroupsR) * Cpg * Opg * (G_pad / S);
         const int64_t packed = G * p.KH * p.KW * Cpg * Opg;
         splits = pixel_splits(M, tiles, packed);
-        part = at::empty({splits, packed}, acc_opts);
+        part = empty({splits, packed}, acc_opts);
         const sycl::kernel k = get_kernel(q, kConv2dGroup, grad_weight_groups_name(type, S));
         launch(q, k, sycl::nd_range<1>(sycl::range<1>(splits * tiles * S), sycl::range<1>(S)),
                go.const_data_ptr<scalar_t>(), x.const_data_ptr<scalar_t>(), part.mutable_data_ptr<acc>(), p.N, p.C,
@@ -304,7 +305,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> conv2d_backward(const at::Tensor&
         const int64_t tiles = G * p.KH * p.KW * ceil_div(Cpg, tile.R) * (Opg_pad / (S * tile.Q));
         const int64_t packed = G * p.KH * p.KW * Cpg * Opg_pad;
         splits = pixel_splits(M, tiles, packed);
-        part = at::empty({splits, packed}, acc_opts);
+        part = empty({splits, packed}, acc_opts);
         const sycl::kernel k = get_kernel(q, kConv2dGroup, grad_weight_name(type, S, tile));
         launch(q, k, sycl::nd_range<1>(sycl::range<1>(splits * tiles * S), sycl::range<1>(S)),
                go_cl.const_data_ptr<scalar_t>(), x.const_data_ptr<scalar_t>(), part.mutable_data_ptr<acc>(), p.N,
@@ -317,11 +318,11 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> conv2d_backward(const at::Tensor&
     }
     if (mask[2]) {  // grad_bias: the same two stages over grad_output alone
       const at::Tensor& g = go_cl.defined() ? go_cl : go;  // channels_last when available: vector loads
-      gb = at::empty({p.O}, weight.options());
+      gb = empty({p.O}, weight.options());
       const int64_t O_pad = ceil_div(p.O, S) * S;
       const int64_t tiles = O_pad / S;
       const int64_t splits = pixel_splits(M, tiles, O_pad);
-      at::Tensor part = at::empty({splits, O_pad}, acc_opts);
+      at::Tensor part = empty({splits, O_pad}, acc_opts);
       const sycl::kernel k = get_kernel(q, kConv2dGroup, grad_bias_name(type, S));
       launch(q, k, sycl::nd_range<1>(sycl::range<1>(splits * tiles * S), sycl::range<1>(S)),
              g.const_data_ptr<scalar_t>(), part.mutable_data_ptr<acc>(), p.N, p.O, p.OH, p.OW, g.stride(0),

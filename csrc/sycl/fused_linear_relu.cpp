@@ -21,6 +21,7 @@
 
 #include "sycl/kernels/fused_linear_relu.hpp"  // tile geometry shared with the kernels (constants only)
 #include "sycl/kernel_memo.h"
+#include "sycl/host_alloc.h"
 #include "sycl/runtime.h"
 #include "xkernels/checks.h"
 #include "xkernels/dispatch.h"
@@ -113,7 +114,7 @@ at::Tensor pack_panels(sycl::queue& q, const at::Tensor& B) {
   using G = xk::PanelTile<T>;
   const int64_t K = B.size(0), N = B.size(1);
   const int64_t panels = ceil_div(N, G::kCols);
-  at::Tensor packed = at::empty({panels, K, int64_t{G::kCols}}, B.options());
+  at::Tensor packed = empty({panels, K, int64_t{G::kCols}}, B.options());
   const int64_t k_chunks = ceil_div(K, LinearConfig::kPackRowsPerGroup);
   const int64_t k_chunk = ceil_div(K, k_chunks);
   static KernelMemo memo;
@@ -178,7 +179,7 @@ void gemm(sycl::queue& q, GemmVariant variant, const at::Tensor& A, const at::Te
       if constexpr (std::is_same_v<T, acc_t<T>>) {
         partial_ptr = c_ptr;
       } else {
-        partial = at::empty({M, N}, C.options().dtype(c10::CppTypeToScalarType<acc_t<T>>::value));
+        partial = empty({M, N}, C.options().dtype(c10::CppTypeToScalarType<acc_t<T>>::value));
         partial_ptr = partial.mutable_data_ptr<acc_t<T>>();
       }
     }
@@ -200,7 +201,7 @@ at::Tensor fused_linear_relu(const at::Tensor& input, const at::Tensor& weight, 
   const at::Tensor x = input.reshape({p.M, p.K}).contiguous();
   const at::Tensor w = weight.contiguous();
   const at::Tensor b = contiguous_if_defined(bias);
-  at::Tensor out = at::empty({p.M, p.N}, x.options());
+  at::Tensor out = empty({p.M, p.N}, x.options());
   sycl::queue& q = queue_for(x);
   const GemmVariant variant = choose_variant(traits_of(q));
   XK_DISPATCH_FLOATING_TYPES(x.scalar_type(), "fused_linear_relu", [&] {
@@ -228,11 +229,11 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> fused_linear_relu_backward(const 
     using C = LinearConfig;
     const char* type = kernel_type_name<scalar_t>();
     // grad_pre = grad_output where output > 0, and (for grad_bias) its column sums per row chunk.
-    at::Tensor grad_pre = at::empty({M, N}, dy.options());
+    at::Tensor grad_pre = empty({M, N}, dy.options());
     const int64_t chunks0 = std::min(ceil_div(M, C::kRowsPerChunk), C::kMaxChunks);
     const int64_t rows_per_chunk = ceil_div(M, chunks0);
     const int64_t chunks = ceil_div(M, rows_per_chunk);
-    at::Tensor partial = want_b ? at::empty({chunks, N}, dy.options().dtype(c10::CppTypeToScalarType<acc>::value))
+    at::Tensor partial = want_b ? empty({chunks, N}, dy.options().dtype(c10::CppTypeToScalarType<acc>::value))
                                 : at::Tensor();
     const int64_t cols = ceil_div(N, C::kColumnLocal) * C::kColumnLocal;
     const sycl::kernel k_mask =
@@ -244,19 +245,19 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> fused_linear_relu_backward(const 
                               grad_pre.mutable_data_ptr<scalar_t>(), want_b ? partial.mutable_data_ptr<acc>() : nullptr,
                               M, N, rows_per_chunk);
     if (want_b) {
-      gb = at::empty({N}, dy.options());
+      gb = empty({N}, dy.options());
       const sycl::kernel k_sum = get_kernel(q, kLinearGroup, kernel_name<scalar_t>("xk::linear_column_sum"));
       done = launch(q, k_sum, sycl::nd_range<1>(sycl::range<1>(cols), sycl::range<1>(C::kColumnLocal)),
                     partial.const_data_ptr<acc>(), gb.mutable_data_ptr<scalar_t>(), chunks, N);
     }
     wait_if_host(dy, done);
     if (want_x) {  // dX [M, K] = G [M, N] @ W [N, K]
-      gi = at::empty({M, K}, dy.options());
+      gi = empty({M, K}, dy.options());
       gemm<scalar_t>(q, variant, grad_pre, weight.contiguous(), at::Tensor(), /*relu=*/false, gi);
       gi = gi.view(input.sizes());
     }
     if (want_w) {  // dW [N, K] = G^T [N, M] @ X [M, K]
-      gw = at::empty({N, K}, dy.options());
+      gw = empty({N, K}, dy.options());
       gemm<scalar_t>(q, variant, grad_pre.t(), input.reshape({M, K}).contiguous(), at::Tensor(), /*relu=*/false, gw);
     }
   });

@@ -6,6 +6,7 @@
 #include <algorithm>
 
 #include "sycl/kernel_memo.h"
+#include "sycl/host_alloc.h"
 #include "sycl/runtime.h"
 #include "xkernels/dispatch.h"
 #include "xkernels/entry.h"
@@ -61,7 +62,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> layer_norm_forward(const at::Tens
   const at::Tensor w = contiguous_if_defined(weight);
   const at::Tensor b = contiguous_if_defined(bias);
   at::Tensor out, mean, rstd;
-  std::tie(out, mean, rstd) = layer_norm_empty_outputs(x, p);
+  std::tie(out, mean, rstd) = layer_norm_empty_outputs(x, p, &empty);
   sycl::queue& q = queue_for(x);
   const DeviceTraits& traits = traits_of(q);
   sycl::event done;
@@ -86,9 +87,9 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> layer_norm_backward(
   const auto stat_dtype = layer_norm_stat_dtype(x.scalar_type());
   const at::Tensor mu_t = mean.to(stat_dtype).contiguous(), rs_t = rstd.to(stat_dtype).contiguous();
   const bool want_x = mask[0], want_w = mask[1], want_b = mask[2];  // the entry clears bits for absent parameters
-  at::Tensor gi = want_x ? at::empty_like(x, at::MemoryFormat::Contiguous) : empty_grad_like(x);
-  at::Tensor gw = want_w ? at::empty(p.normalized_shape, x.options()) : empty_grad_like(x);
-  at::Tensor gb = want_b ? at::empty(p.normalized_shape, x.options()) : empty_grad_like(x);
+  at::Tensor gi = want_x ? empty(x.sizes(), x.options().memory_format(at::MemoryFormat::Contiguous)) : empty_grad_like(x);
+  at::Tensor gw = want_w ? empty(p.normalized_shape, x.options()) : empty_grad_like(x);
+  at::Tensor gb = want_b ? empty(p.normalized_shape, x.options()) : empty_grad_like(x);
   sycl::queue& q = queue_for(x);
   const DeviceTraits& traits = traits_of(q);
   sycl::event done;
@@ -108,8 +109,8 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> layer_norm_backward(
       const int64_t blocks = std::min(ceil_div(p.M, C::kRowsPerBlock), C::kMaxBlocks);
       const int64_t rows_per_block = ceil_div(p.M, blocks);
       const auto acc_opts = x.options().dtype(stat_dtype);
-      at::Tensor part_w = want_w ? at::empty({blocks, p.N}, acc_opts) : at::Tensor();
-      at::Tensor part_b = want_b ? at::empty({blocks, p.N}, acc_opts) : at::Tensor();
+      at::Tensor part_w = want_w ? empty({blocks, p.N}, acc_opts) : at::Tensor();
+      at::Tensor part_b = want_b ? empty({blocks, p.N}, acc_opts) : at::Tensor();
       const int64_t cols = ceil_div(p.N, C::kColumnTile) * C::kColumnTile;
       const sycl::kernel k1 =
           memo_layer_norm_bwd_wb_partial.get(q, kLayerNormGroup, 0, [] { return kernel_name<scalar_t>("xk::layer_norm_bwd_wb_partial"); });

@@ -5,6 +5,7 @@
 #include <c10/core/ScalarType.h>
 #include <c10/util/Exception.h>
 
+#include "sycl/host_alloc.h"
 #include "sycl/runtime_info.h"
 #include "xkernels/backend.h"
 
@@ -174,6 +175,22 @@ void bind_python(py::module_& m) {
       py::arg("progress") = py::none(),
       "Compiles every kernel group for every usable device now; progress(done, total, label) is called before "
       "each build. Returns [(label, seconds)].");
+  m.def(
+      "host_cache_stats",
+      [] {
+        const HostCacheStats s = host_cache_stats();
+        py::dict d;
+        d["limit_bytes"] = s.limit_bytes;
+        d["cached_bytes"] = s.cached_bytes;
+        d["cached_blocks"] = s.cached_blocks;
+        d["in_use_bytes"] = s.in_use_bytes;
+        d["hits"] = s.hits;
+        d["misses"] = s.misses;
+        return d;
+      },
+      "The caching host allocator of the SYCL backend's CPU tensors (host_alloc.h): bound, cached and in-use "
+      "bytes, hits and misses.");
+  m.def("host_cache_clear", &host_cache_clear, "Frees every cached host block (blocks in use are unaffected).");
   m.def(
       "run_test_kernel",
       [](const std::string& source, const std::string& name, const std::vector<uintptr_t>& pointers, int64_t n,

@@ -141,8 +141,17 @@ def info() -> dict:
                        # per device: ahead-of-time image or run-time compilation, and why
                        "provider_devices": list(_C.sycl.provider_devices()),
                        "runtime_compile_env": list(_C.sycl.runtime_compile_env()),
-                       "kernels": list(_C.sycl.kernel_names())}
+                       "kernels": list(_C.sycl.kernel_names()),
+                       # outputs/scratch of SYCL ops on CPU tensors (XKERNELS_HOST_CACHE_MB)
+                       "host_cache": dict(_C.sycl.host_cache_stats())}
     return out
+
+
+def empty_cache() -> None:
+    """Free the host memory the SYCL backend keeps cached for the outputs and scratch buffers of later calls
+    (bounded by XKERNELS_HOST_CACHE_MB, default 512; tensors still in use are unaffected). No-op without SYCL."""
+    if _C.with_sycl:
+        _C.sycl.host_cache_clear()
 
 
 def warmup(progress=None) -> dict[str, float]:

@@ -74,9 +74,12 @@ LayerNormProblem check_layer_norm_backward(const at::Tensor& grad_output, const 
 // Dtype of layer_norm's saved mean / rstd: the accumulation type (float64 for float64, else float32).
 inline at::ScalarType layer_norm_stat_dtype(at::ScalarType t) { return t == at::kDouble ? at::kDouble : at::kFloat; }
 // Uninitialized (output, mean, rstd) of layer_norm_forward in the layout ops.h specifies (output dense,
-// stats shaped p.stat_sizes in layer_norm_stat_dtype), for every backend to fill.
+// stats shaped p.stat_sizes in layer_norm_stat_dtype), for every backend to fill. `empty` allocates them
+// (default at::empty; the SYCL backend passes its caching host allocator's).
+using EmptyFn = at::Tensor (*)(at::IntArrayRef sizes, const at::TensorOptions& opts);
 std::tuple<at::Tensor, at::Tensor, at::Tensor> layer_norm_empty_outputs(const at::Tensor& input,
-                                                                        const LayerNormProblem& p);
+                                                                        const LayerNormProblem& p,
+                                                                        EmptyFn empty = nullptr);
 
 // An optional parameter made dense, or left undefined when absent.
 inline at::Tensor contiguous_if_defined(const at::Tensor& t) { return t.defined() ? t.contiguous() : t; }
