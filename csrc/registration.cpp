@@ -2,6 +2,9 @@
 // Backend kernels are registered per dispatch key at the end of each backend's
 // host files (csrc/cpu, csrc/sycl, csrc/cuda). Composite ops live here.
 #include <ATen/ATen.h>
+#include <ATen/core/grad_mode.h>
+#include <ATen/core/LegacyTypeDispatch.h>
+#include <torch/csrc/autograd/variable.h>
 #include <torch/library.h>
 
 #include "xkernels/shapes.h"
@@ -41,6 +44,34 @@ at::Tensor layer_norm_composite(const at::Tensor& input, c10::SymIntArrayRef nor
   return std::get<0>(op.call(input, normalized_shape, weight, bias, eps));
 }
 
+// layer_norm.out under autograd: like aten's out= ops, it does not differentiate. With grad mode on,
+// an argument that requires grad is an error (aten's rule and wording, naming the argument);
+// otherwise it runs the backend kernel below autograd and bumps out's version counter (what the
+// ADInplaceOrView kernel of an aten out= op does), so autograd notices out was overwritten.
+at::Tensor& layer_norm_out_autograd(const at::Tensor& input, c10::SymIntArrayRef normalized_shape,
+                                    const std::optional<at::Tensor>& weight, const std::optional<at::Tensor>& bias,
+                                    double eps, at::Tensor& out) {
+  if (at::GradMode::is_enabled()) {
+    const std::pair<const char*, const at::Tensor*> args[] = {
+        {"input", &input}, {"weight", weight ? &*weight : nullptr}, {"bias", bias ? &*bias : nullptr}, {"out", &out}};
+    for (const auto& [name, t] : args)
+      TORCH_CHECK(t == nullptr || !t->defined() || !t->requires_grad(),
+                  "xkernels.layer_norm(): functions with out=... arguments don't support automatic differentiation, "
+                  "but argument '", name, "' requires grad; call it under torch.no_grad() / torch.inference_mode(), "
+                  "or without out= to differentiate");
+  }
+  static auto op = c10::Dispatcher::singleton()
+                       .findSchemaOrThrow("xkernels::layer_norm", "out")
+                       .typed<at::Tensor&(const at::Tensor&, c10::SymIntArrayRef, const std::optional<at::Tensor>&,
+                                          const std::optional<at::Tensor>&, double, at::Tensor&)>();
+  {
+    at::AutoDispatchBelowADInplaceOrView below;
+    op.call(input, normalized_shape, weight, bias, eps, out);
+  }
+  torch::autograd::impl::bump_version(out);
+  return out;
+}
+
 }  // namespace
 }  // namespace xkernels
 
@@ -62,6 +93,11 @@ TORCH_LIBRARY(xkernels, m) {
   // F.layer_norm over the trailing normalized_shape dims (composite over layer_norm_forward).
   m.def("layer_norm(Tensor input, SymInt[] normalized_shape, Tensor? weight=None, Tensor? bias=None, "
         "float eps=1e-05) -> Tensor");
+  // layer_norm into a caller-provided `out` (inference only: no statistics saved, not differentiable);
+  // out must have the input's shape, dtype and device and must not partially overlap the inputs.
+  m.def("layer_norm.out(Tensor input, SymInt[] normalized_shape, Tensor? weight=None, Tensor? bias=None, "
+        "float eps=1e-05, *, Tensor(a!) out) -> Tensor(a!)",
+        {at::Tag::out});
   // layer_norm returning (output, mean, rstd); mean/rstd in the accumulation dtype, shaped for broadcasting.
   m.def("layer_norm_forward(Tensor input, SymInt[] normalized_shape, Tensor? weight=None, Tensor? bias=None, "
         "float eps=1e-05) -> (Tensor, Tensor, Tensor)");
@@ -72,4 +108,5 @@ TORCH_LIBRARY(xkernels, m) {
   m.impl("conv2d.padding", c10::DispatchKey::CompositeImplicitAutograd,
          TORCH_FN(xkernels::conv2d_padding_composite));
   m.impl("layer_norm", c10::DispatchKey::CompositeImplicitAutograd, TORCH_FN(xkernels::layer_norm_composite));
+  m.impl("layer_norm.out", c10::DispatchKey::Autograd, TORCH_FN(xkernels::layer_norm_out_autograd));
 }

@@ -2,6 +2,7 @@
 #include "xkernels/shapes.h"
 
 #include <ATen/ATen.h>
+#include <ATen/MemoryOverlap.h>
 
 namespace xkernels {
 namespace {
@@ -208,6 +209,30 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> layer_norm_empty_outputs(const at
   const auto stat_opts = input.options().dtype(layer_norm_stat_dtype(input.scalar_type()));
   return {at::empty(input.sizes(), input.options().memory_format(at::MemoryFormat::Contiguous)),
           at::empty(p.stat_sizes, stat_opts), at::empty(p.stat_sizes, stat_opts)};
+}
+
+void check_layer_norm_out(const at::Tensor& input, const std::optional<at::Tensor>& weight,
+                          const std::optional<at::Tensor>& bias, const at::Tensor& out) {
+  const char* op = "layer_norm";
+  check_defined(op, "out", out);
+  check_same_dtype_device(op, "out", out, "input", input);
+  XK_CHECK_VALUE(out.sizes() == input.sizes(), op, "argument 'out' must have the input's shape ", input.sizes(),
+                 ", got ", out.sizes(), " (out= tensors are not resized)");
+  XK_CHECK(at::has_internal_overlap(out) != at::MemOverlap::Yes, op,
+           "argument 'out' has elements that share memory (strides ", out.strides(),
+           ", e.g. an expanded tensor); every element of out must be a separate memory location");
+  const std::pair<const char*, const at::Tensor*> reads[] = {
+      {"input", &input}, {"weight", present(weight) ? &*weight : nullptr}, {"bias", present(bias) ? &*bias : nullptr}};
+  for (const auto& [name, t] : reads) {
+    if (t == nullptr || t->numel() == 0 || out.numel() == 0) continue;
+    const at::MemOverlapStatus st = at::get_overlap_status(out, *t);
+    // Full: the very same tensor (in place, element by element: safe). TooHard (one of them is not
+    // dense): the entry then computes from a dense copy or into a dense temporary, so no element is
+    // read after it was written.
+    XK_CHECK(st != at::MemOverlapStatus::Partial, op, "argument 'out' (", describe(out), ", storage offset ",
+             out.storage_offset(), ") partially overlaps argument '", name, "' (", describe(*t), ", storage offset ",
+             t->storage_offset(), "); out must be the same tensor as '", name, "' or share no memory with it");
+  }
 }
 
 LayerNormProblem check_layer_norm_backward(const at::Tensor& grad_output, const at::Tensor& input,

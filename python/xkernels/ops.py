@@ -56,10 +56,21 @@ def layer_norm(
     weight: Tensor | None = None,
     bias: Tensor | None = None,
     eps: float = 1e-5,
+    *,
+    out: Tensor | None = None,
 ) -> Tensor:
-    """Same semantics as torch.nn.functional.layer_norm."""
+    """Same semantics as torch.nn.functional.layer_norm.
+
+    With ``out=``, the result is written into `out` and `out` is returned (op ``layer_norm.out``):
+    inference only (no statistics are saved; with grad mode on, arguments that require grad raise, as
+    for torch's out= functions). `out` must have the input's shape, dtype and device (it is not
+    resized), must not have elements sharing memory, and must be the input itself (in place) or share
+    no memory with input, weight and bias. Any strides are accepted; a non-contiguous `out` is filled
+    through a temporary (slower)."""
     if isinstance(normalized_shape, int):
         normalized_shape = [normalized_shape]
+    if out is not None:
+        return _ops.layer_norm.out(input, list(normalized_shape), weight, bias, eps, out=out)
     return _ops.layer_norm(input, list(normalized_shape), weight, bias, eps)
 
 
@@ -210,6 +221,18 @@ def _layer_norm_forward_fake(input, normalized_shape, weight=None, bias=None, ep
         input.new_empty(stat, dtype=sd),
         input.new_empty(stat, dtype=sd),
     )
+
+
+@torch.library.register_fake("xkernels::layer_norm.out")
+def _layer_norm_out_fake(input, normalized_shape, weight=None, bias=None, eps=1e-5, *, out):
+    _layer_norm_forward_fake(input, normalized_shape, weight, bias, eps)  # the same argument checks
+    _check_same(out, "out", input, "input", "layer_norm")
+    torch._check(
+        out.shape == input.shape,
+        lambda: f"xkernels.layer_norm: argument 'out' must have the input's shape {list(input.shape)}, got "
+        f"{list(out.shape)} (out= tensors are not resized)",
+    )
+    return out  # written in place; no metadata change
 
 
 @torch.library.register_fake("xkernels::layer_norm_backward")

@@ -106,6 +106,16 @@ Grads conv2d_backward(const at::Tensor& grad_output, const at::Tensor& input, co
 
 // ---------------------------------------------------------------- layer_norm
 
+// Runs the chosen backend's layer_norm_forward_out (ops.h) on validated, non-empty arguments.
+template <Chooser choose>
+void layer_norm_run_forward(const char* op, const at::Tensor& input, const std::optional<at::Tensor>& weight,
+                            const std::optional<at::Tensor>& bias, double eps, const LayerNormProblem& p,
+                            const at::Tensor& out, const at::Tensor& mean, const at::Tensor& rstd) {
+  const Backend chosen = choose(op, input.scalar_type());
+  XK_CALL_BACKEND(chosen, layer_norm_forward_out, input, value_or_undefined(weight), value_or_undefined(bias), eps, p,
+                  out, mean, rstd);
+}
+
 template <Chooser choose>
 Grads layer_norm_forward(const at::Tensor& input, at::IntArrayRef normalized_shape,
                          const std::optional<at::Tensor>& weight, const std::optional<at::Tensor>& bias, double eps) {
@@ -116,8 +126,27 @@ Grads layer_norm_forward(const at::Tensor& input, at::IntArrayRef normalized_sha
     return {at::empty_like(input, at::MemoryFormat::Contiguous), at::zeros(p.stat_sizes, stat_opts),
             at::full(p.stat_sizes, std::numeric_limits<double>::quiet_NaN(), stat_opts)};
   }
-  const Backend chosen = choose("layer_norm", input.scalar_type());
-  XK_CALL_BACKEND(chosen, layer_norm_forward, input, value_or_undefined(weight), value_or_undefined(bias), eps, p);
+  at::Tensor out, mean, rstd;
+  std::tie(out, mean, rstd) = layer_norm_empty_outputs(input, p);
+  layer_norm_run_forward<choose>("layer_norm", input, weight, bias, eps, p, out, mean, rstd);
+  return {out, mean, rstd};
+}
+
+// layer_norm.out: the output into a caller-provided tensor, no statistics (inference). The Autograd
+// kernel (registration.cpp) has refused arguments that require grad before this runs.
+template <Chooser choose>
+at::Tensor& layer_norm_out(const at::Tensor& input, at::IntArrayRef normalized_shape,
+                           const std::optional<at::Tensor>& weight, const std::optional<at::Tensor>& bias, double eps,
+                           at::Tensor& out) {
+  const LayerNormProblem p = check_layer_norm(input, normalized_shape, weight, bias, eps);
+  check_layer_norm_out(input, weight, bias, out);
+  if (p.M == 0 || p.N == 0) return out;  // nothing to write
+  // A non-contiguous out (strided view, other memory format) is computed densely, then copied in.
+  const bool dense = out.is_contiguous();
+  const at::Tensor target = dense ? out : at::empty(input.sizes(), input.options());
+  layer_norm_run_forward<choose>("layer_norm.out", input, weight, bias, eps, p, target, at::Tensor(), at::Tensor());
+  if (!dense) out.copy_(target);
+  return out;
 }
 
 template <Chooser choose>

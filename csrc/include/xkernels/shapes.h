@@ -66,6 +66,12 @@ struct LayerNormProblem {
 LayerNormProblem check_layer_norm(const at::Tensor& input, at::IntArrayRef normalized_shape,
                                   const std::optional<at::Tensor>& weight, const std::optional<at::Tensor>& bias,
                                   double eps);
+// layer_norm.out's `out`: defined, the input's dtype, device and shape (it is never resized: torch.library
+// forbids custom ops to change an argument's metadata, which torch.compile relies on), no element written
+// twice (no internal overlap), and either exactly the input / weight / bias or no memory shared with it.
+// Any strides are accepted (a non-dense out is written through a temporary).
+void check_layer_norm_out(const at::Tensor& input, const std::optional<at::Tensor>& weight,
+                          const std::optional<at::Tensor>& bias, const at::Tensor& out);
 LayerNormProblem check_layer_norm_backward(const at::Tensor& grad_output, const at::Tensor& input,
                                            at::IntArrayRef normalized_shape, const at::Tensor& mean,
                                            const at::Tensor& rstd, const std::optional<at::Tensor>& weight,
