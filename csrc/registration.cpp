@@ -72,12 +72,39 @@ at::Tensor& layer_norm_out_autograd(const at::Tensor& input, c10::SymIntArrayRef
   return out;
 }
 
+// fused_linear_relu_packed under autograd: not differentiable (the packed copy is not the module's
+// parameter). With grad mode on, an argument that requires grad raises; otherwise runs below autograd.
+at::Tensor fused_linear_relu_packed_autograd(const at::Tensor& input, const at::Tensor& packed_weight,
+                                             const std::optional<at::Tensor>& bias, c10::SymInt out_features) {
+  if (at::GradMode::is_enabled()) {
+    const std::pair<const char*, const at::Tensor*> args[] = {
+        {"input", &input}, {"packed_weight", &packed_weight}, {"bias", bias ? &*bias : nullptr}};
+    for (const auto& [name, t] : args)
+      TORCH_CHECK(t == nullptr || !t->defined() || !t->requires_grad(),
+                  "xkernels.fused_linear_relu_packed: not differentiable (inference only), but argument '", name,
+                  "' requires grad; call it under torch.no_grad() / torch.inference_mode(), or use "
+                  "fused_linear_relu with the unpacked weight to differentiate");
+  }
+  static auto op = c10::Dispatcher::singleton()
+                       .findSchemaOrThrow("xkernels::fused_linear_relu_packed", "")
+                       .typed<at::Tensor(const at::Tensor&, const at::Tensor&, const std::optional<at::Tensor>&,
+                                         c10::SymInt)>();
+  at::AutoDispatchBelowADInplaceOrView below;
+  return op.call(input, packed_weight, bias, std::move(out_features));
+}
+
 }  // namespace
 }  // namespace xkernels
 
 TORCH_LIBRARY(xkernels, m) {
   // relu(input @ weight.T + bias); input [..., K], weight [N, K], bias [N].
   m.def("fused_linear_relu(Tensor input, Tensor weight, Tensor? bias=None) -> Tensor");
+  // weight [N, K] packed for fused_linear_relu_packed: [ceil(N / C), K, C], C = 64 (32 for float64) columns per
+  // panel, zero padded (the SYCL CPU GEMM's B operand). CPU tensors only.
+  m.def("pack_linear_weight(Tensor weight) -> Tensor");
+  // fused_linear_relu with a weight from pack_linear_weight (out_features = the original weight's N). CPU tensors
+  // only; inference only (not differentiable: arguments that require grad raise with grad mode on).
+  m.def("fused_linear_relu_packed(Tensor input, Tensor packed_weight, Tensor? bias, SymInt out_features) -> Tensor");
   // Grads of fused_linear_relu (input, weight, bias) from the forward output's ReLU mask; unrequested grads are empty.
   m.def("fused_linear_relu_backward(Tensor grad_output, Tensor input, Tensor weight, Tensor output, "
         "bool[3] output_mask) -> (Tensor, Tensor, Tensor)");
@@ -109,4 +136,6 @@ TORCH_LIBRARY(xkernels, m) {
          TORCH_FN(xkernels::conv2d_padding_composite));
   m.impl("layer_norm", c10::DispatchKey::CompositeImplicitAutograd, TORCH_FN(xkernels::layer_norm_composite));
   m.impl("layer_norm.out", c10::DispatchKey::Autograd, TORCH_FN(xkernels::layer_norm_out_autograd));
+  m.impl("fused_linear_relu_packed", c10::DispatchKey::Autograd,
+         TORCH_FN(xkernels::fused_linear_relu_packed_autograd));
 }

@@ -60,6 +60,47 @@ LinearProblem check_fused_linear_relu_backward(const at::Tensor& grad_output, co
   return p;
 }
 
+void check_pack_linear_weight(const at::Tensor& weight) {
+  const char* op = "pack_linear_weight";
+  check_defined(op, "weight", weight);
+  check_dtype_supported(op, "weight", weight);
+  check_dim(op, "weight", weight, 2);
+}
+
+LinearProblem check_fused_linear_relu_packed(const at::Tensor& input, const at::Tensor& packed_weight,
+                                             const std::optional<at::Tensor>& bias, int64_t out_features) {
+  const char* op = "fused_linear_relu_packed";
+  check_defined(op, "input", input);
+  check_defined(op, "packed_weight", packed_weight);
+  check_dtype_supported(op, "input", input);
+  check_same_dtype_device(op, "packed_weight", packed_weight, "input", input);
+  check_optional_same(op, "bias", bias, "input", input);
+  XK_CHECK_VALUE(input.dim() >= 1, op, "argument 'input' must have at least 1 dimension [..., K], got a 0-D tensor");
+  XK_CHECK_VALUE(out_features >= 0, op, "argument 'out_features' must be non-negative, got ", out_features);
+  check_dim(op, "packed_weight", packed_weight, 3);
+  const int64_t K = input.size(-1), C = linear_pack_columns(input.scalar_type());
+  const std::vector<int64_t> expected{ceil_div(out_features, C), K, C};
+  XK_CHECK_VALUE(packed_weight.sizes() == at::IntArrayRef(expected), op, "argument 'packed_weight' has shape ",
+                 packed_weight.sizes(), " but pack_linear_weight of a [out_features=", out_features, ", K=", K,
+                 "] weight has shape ", at::IntArrayRef(expected));
+  XK_CHECK_VALUE(packed_weight.is_contiguous(), op, "argument 'packed_weight' must be contiguous (as "
+                 "pack_linear_weight returns it), got strides ", packed_weight.strides());
+  LinearProblem p;
+  p.K = K;
+  p.N = out_features;
+  if (present(bias)) {
+    XK_CHECK_VALUE(bias->dim() == 1 && bias->size(0) == p.N, op, "argument 'bias' must have shape [", p.N,
+                   "] (out_features), got ", bias->sizes());
+  }
+  p.M = 1;
+  for (int64_t d = 0; d + 1 < input.dim(); ++d) {
+    p.M *= input.size(d);
+    p.out_sizes.push_back(input.size(d));
+  }
+  p.out_sizes.push_back(p.N);
+  return p;
+}
+
 // ---------------------------------------------------------------- conv2d
 static Conv2dProblem conv2d_problem(const char* op, const at::Tensor& input, const at::Tensor& weight,
                                     at::IntArrayRef stride, at::IntArrayRef padding, at::IntArrayRef dilation,

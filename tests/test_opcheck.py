@@ -52,6 +52,15 @@ def sample_calls():
         ("layer_norm.out-noaffine", ops.layer_norm.out, (r(6, 7), [7], None, None, 1e-3), {"out": r(6, 7)}),
         ("layer_norm.out-transposed-out", ops.layer_norm.out, (r(6, 7), [7], r(7), None, 1e-5), {"out": r(7, 6).t()}),
     ]
+    # Pre-packed linear weights (inference only).
+    wp = r(70, 7)
+    calls += [
+        ("pack_linear_weight", ops.pack_linear_weight.default, (wp,)),
+        ("fused_linear_relu_packed", ops.fused_linear_relu_packed.default,
+         (r(5, 7), ops.pack_linear_weight(wp), r(70), 70)),
+        ("fused_linear_relu_packed-3d-nobias", ops.fused_linear_relu_packed.default,
+         (r(2, 3, 7), ops.pack_linear_weight(wp), None, 70)),
+    ]
     # Backward ops (not differentiable themselves), every output_mask shape that autograd produces.
     x, w, b = r(5, 7), r(3, 7), r(3)
     y = _linear_out(x, w, b)

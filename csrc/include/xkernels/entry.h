@@ -68,6 +68,35 @@ Grads fused_linear_relu_backward(const at::Tensor& grad_output, const at::Tensor
   XK_CALL_BACKEND(chosen, fused_linear_relu_backward, grad_output, input, weight, output, p, mask);
 }
 
+// Pre-packed weights: CPU key only (reference or SYCL on the CPU device); no CUDA / XPU kernels.
+template <Chooser choose>
+at::Tensor pack_linear_weight(const at::Tensor& weight) {
+  check_pack_linear_weight(weight);
+  const int64_t N = weight.size(0), K = weight.size(1), C = linear_pack_columns(weight.scalar_type());
+  if (N == 0 || K == 0) return at::zeros({ceil_div(N, C), K, C}, weight.options());
+  switch (choose("pack_linear_weight", weight.scalar_type())) {
+    case Backend::Reference: return reference::pack_linear_weight(weight);
+    case Backend::Sycl: XK_IF_SYCL(return sycl_backend::pack_linear_weight(weight));
+    default: TORCH_CHECK(false, "xkernels.pack_linear_weight: only the 'reference' and 'sycl' backends pack weights");
+  }
+}
+
+template <Chooser choose>
+at::Tensor fused_linear_relu_packed(const at::Tensor& input, const at::Tensor& packed_weight,
+                                    const std::optional<at::Tensor>& bias, int64_t out_features) {
+  const LinearProblem p = check_fused_linear_relu_packed(input, packed_weight, bias, out_features);
+  const at::Tensor b = value_or_undefined(bias);
+  if (p.M == 0 || p.N == 0) return at::empty(p.out_sizes, input.options());
+  if (p.K == 0)  // empty reduction: relu(bias) (or 0) in every row, as fused_linear_relu
+    return b.defined() ? b.clamp_min(0).expand(p.out_sizes).contiguous() : at::zeros(p.out_sizes, input.options());
+  switch (choose("fused_linear_relu_packed", input.scalar_type())) {
+    case Backend::Reference: return reference::fused_linear_relu_packed(input, packed_weight, b, p);
+    case Backend::Sycl: XK_IF_SYCL(return sycl_backend::fused_linear_relu_packed(input, packed_weight, b, p));
+    default:
+      TORCH_CHECK(false, "xkernels.fused_linear_relu_packed: only the 'reference' and 'sycl' backends run it");
+  }
+}
+
 // ---------------------------------------------------------------- conv2d
 template <Chooser choose>
 at::Tensor conv2d(const at::Tensor& input, const at::Tensor& weight, const std::optional<at::Tensor>& bias,

@@ -44,8 +44,16 @@
       const at::Tensor& grad_output, const at::Tensor& input, const at::Tensor& mean, const at::Tensor& rstd,      \
       const at::Tensor& weight, const ::xkernels::LayerNormProblem& p, std::array<bool, 3> mask);
 
+// Pre-packed linear weights (CPU tensors only: the reference and SYCL backends). pack_linear_weight
+// returns the weight [N, K] in the layout of shapes.h (linear_pack_columns); fused_linear_relu_packed
+// is fused_linear_relu with such a weight (p from check_fused_linear_relu_packed).
+#define XK_DECLARE_PACKED_LINEAR_OPS                                                                               \
+  at::Tensor pack_linear_weight(const at::Tensor& weight);                                                        \
+  at::Tensor fused_linear_relu_packed(const at::Tensor& input, const at::Tensor& packed_weight,                    \
+                                      const at::Tensor& bias, const ::xkernels::LinearProblem& p);
+
 namespace xkernels {
-namespace reference { XK_DECLARE_BACKEND_OPS }
-namespace sycl_backend { XK_DECLARE_BACKEND_OPS }
+namespace reference { XK_DECLARE_BACKEND_OPS XK_DECLARE_PACKED_LINEAR_OPS }
+namespace sycl_backend { XK_DECLARE_BACKEND_OPS XK_DECLARE_PACKED_LINEAR_OPS }
 namespace cuda { XK_DECLARE_BACKEND_OPS }
 }  // namespace xkernels
