@@ -3,6 +3,9 @@
 FLOPs: fused_linear_relu fwd 2*M*N*K (+ bias/ReLU ignored); backward adds dX and dW GEMMs (4*M*N*K).
 conv2d fwd 2*N*O*OH*OW*(C/groups)*KH*KW; backward x2 more. layer_norm is memory bound: bytes moved
 = read x + write y (+ weight/bias) fwd; backward reads x, dy, writes dx (+ stats), 3x the tensor.
+layer_norm.out: the same bytes as the layer_norm forward (read x + write y), so its GB/s compare
+directly with the "copy" provider's (out.copy_(x): the copy bandwidth). FusedLinearReLU (module-level
+inference, no_grad): 2*M*N*K as the op.
 """
 from __future__ import annotations
 
@@ -84,4 +87,40 @@ def layer_norm_cases(dtype, modes, shapes=LAYER_NORM):
                             lambda a, k: F.layer_norm(a[0].detach().double(), a[1], a[2].detach().double(),
                                                       a[3].detach().double()),
                             nbytes, "GB/s", big=rows * hidden > 4 * 1024 * 1024))
+    return out
+
+
+def layer_norm_out_cases(dtype, shapes=LAYER_NORM):
+    """layer_norm into a preallocated output (forward only: layer_norm.out does not differentiate)."""
+    out = []
+    for rows, hidden in shapes:
+        def make(rows=rows, hidden=hidden):
+            g = _g(rows + hidden)
+            x = torch.randn(rows, hidden, generator=g).to(dtype)
+            w = (1 + 0.1 * torch.randn(hidden, generator=g)).to(dtype)
+            b = (0.1 * torch.randn(hidden, generator=g)).to(dtype)
+            return (x, [hidden], w, b), {"out": torch.empty_like(x)}
+        elt = torch.empty((), dtype=dtype).element_size()
+        out.append(Case("layer_norm.out", "fwd", dtype, f"{rows}x{hidden}", make,
+                        lambda a, k: F.layer_norm(a[0].double(), a[1], a[2].double(), a[3].double()),
+                        rows * hidden * elt * 2, "GB/s", big=rows * hidden > 4 * 1024 * 1024))
+    return out
+
+
+def linear_module_cases(dtype, ms=(64, 512), nk=1024):
+    """xkernels.nn.FusedLinearReLU inference (no_grad) with its cached packed weight, vs the plain op
+    (xkernels[sycl-unpacked]) and torch's relu(linear)."""
+    import xkernels
+
+    out = []
+    for m in ms:
+        def make(m=m):
+            torch.manual_seed(m + nk)
+            mod = xkernels.nn.FusedLinearReLU(nk, nk, dtype=dtype)
+            x = torch.randn(m, nk).to(dtype)
+            return (mod, x), {}
+        out.append(Case("FusedLinearReLU", "fwd", dtype, f"M={m},N=K={nk}", make,
+                        lambda a, k: torch.relu(F.linear(a[1].double(), a[0].weight.detach().double(),
+                                                         a[0].bias.detach().double())),
+                        2.0 * m * nk * nk, "GFLOP/s", big=m * nk * nk > 64 * 1024 * 1024))
     return out

@@ -11,15 +11,30 @@ from xkernels import _C
 
 from .harness import Provider
 
+def _no_grad(fn):
+    def run(*args, **kwargs):
+        with torch.no_grad():
+            return fn(*args, **kwargs)
+    return run
+
+
 TORCH_OPS = {
     "fused_linear_relu": lambda x, w, b=None: torch.relu(F.linear(x, w, b)),
     "conv2d": F.conv2d,
     "layer_norm": F.layer_norm,
+    # torch has no out= for layer_norm: torch's row is F.layer_norm with a fresh output (what a caller gets).
+    "layer_norm.out": lambda x, ns, w, b, out: F.layer_norm(x, ns, w, b),
+    # Module-level inference (cases.linear_module_cases): torch.nn.Linear + ReLU's computation.
+    "FusedLinearReLU": _no_grad(lambda m, x: torch.relu(F.linear(x, m.weight, m.bias))),
 }
 XK_OPS = {
     "fused_linear_relu": xkernels.fused_linear_relu,
     "conv2d": xkernels.conv2d,
     "layer_norm": xkernels.layer_norm,
+    "layer_norm.out": lambda x, ns, w, b, out: xkernels.layer_norm(x, ns, w, b, out=out),
+    # The module as a user calls it: on the SYCL backend it uses its cached pre-packed weight
+    # (packed during the untimed warm-up call).
+    "FusedLinearReLU": _no_grad(lambda m, x: m(x)),
 }
 
 
@@ -37,6 +52,30 @@ def _xkernels_provider(backend: str) -> Provider:
 
     # The reference backend is the plain-loop oracle: too slow for the large shapes.
     return Provider(f"xkernels[{backend}]", fn, st.available, st.reason, handles_big=backend != "reference")
+
+
+def _sycl_unpacked_provider() -> Provider:
+    """FusedLinearReLU's computation through fused_linear_relu with the unpacked weight on the SYCL
+    backend (what the module did before it cached a packed weight): the weight is re-packed per call."""
+    st = xkernels.backends()["sycl"]
+
+    def fn(op, args, kwargs):
+        m, x = args
+        prev = _C.thread_backend()
+        _C.set_thread_backend("sycl")
+        try:
+            with torch.no_grad():
+                return xkernels.fused_linear_relu(x, m.weight, m.bias)
+        finally:
+            _C.set_thread_backend(prev)
+
+    return Provider("xkernels[sycl-unpacked]", fn, st.available, st.reason, ops=frozenset({"FusedLinearReLU"}))
+
+
+def _copy_provider() -> Provider:
+    """Copy-bandwidth baseline for layer_norm.out: out.copy_(input), the same bytes read and written."""
+    return Provider("copy", lambda op, args, kwargs: kwargs["out"].copy_(args[0]), ops=frozenset({"layer_norm.out"}),
+                    checked=False)
 
 
 def _torch_provider() -> Provider:
@@ -59,8 +98,8 @@ def _ipex_provider() -> Provider:
 
 
 def all_providers(names: list[str] | None = None) -> list[Provider]:
-    provs = [_xkernels_provider("sycl"), _xkernels_provider("cuda"), _xkernels_provider("reference"),
-             _torch_provider(), _compile_provider(), _ipex_provider()]
+    provs = [_xkernels_provider("sycl"), _sycl_unpacked_provider(), _xkernels_provider("cuda"),
+             _xkernels_provider("reference"), _torch_provider(), _copy_provider(), _compile_provider(), _ipex_provider()]
     if names:
         provs = [p for p in provs if p.name in names or p.name.split("[")[-1].rstrip("]") in names]
     return provs

@@ -35,6 +35,10 @@ def build_cases(args):
         if "layer_norm" in args.ops:
             out += (C.layer_norm_cases(dt, modes, shapes=[(2048, 1024), (512, 8192)]) if args.quick
                     else C.layer_norm_cases(dt, modes))
+        if "layer_norm.out" in args.ops and "fwd" in modes:  # forward-only ops
+            out += C.layer_norm_out_cases(dt)
+        if "FusedLinearReLU" in args.ops and "fwd" in modes:
+            out += C.linear_module_cases(dt)
     return out
 
 
@@ -44,11 +48,14 @@ def print_table(rows):
         by_case.setdefault((r["op"], r["mode"], r["dtype"], r["shape"]), {})[r["provider"]] = r
     for (op, mode, dtype, shape), provs in by_case.items():
         torch_row = provs.get("torch")
+        copy_row = provs.get("copy")  # the copy-bandwidth baseline (layer_norm.out)
         parts = []
         for name, r in provs.items():
             ratio = ""
-            if torch_row and name != "torch":
+            if torch_row and name not in ("torch", "copy"):
                 ratio = f" ({float(torch_row['median_ms']) / float(r['median_ms']):.2f}x torch)"
+            if copy_row and name != "copy":
+                ratio += f" ({float(copy_row['median_ms']) / float(r['median_ms']) * 100:.0f}% of copy)"
             parts.append(f"{name} {float(r['median']):.1f} {r['unit']} ±{float(r['spread']) * 100:.0f}%{ratio}")
         print(f"  {op:18s} {mode:7s} {dtype:8s} {shape:36s} | " + " | ".join(parts), flush=True)
 
@@ -56,9 +63,10 @@ def print_table(rows):
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="a small subset (< 2 minutes)")
-    ap.add_argument("--ops", nargs="+", default=["fused_linear_relu", "conv2d", "layer_norm"])
+    ap.add_argument("--ops", nargs="+",
+                    default=["fused_linear_relu", "conv2d", "layer_norm", "layer_norm.out", "FusedLinearReLU"])
     ap.add_argument("--providers", nargs="+", default=None,
-                    help="e.g. sycl reference torch torch.compile ipex (default: all available)")
+                    help="e.g. sycl sycl-unpacked reference torch copy torch.compile ipex (default: all available)")
     ap.add_argument("--dtypes", nargs="+", default=None, help="default: float32 (+ bfloat16 unless --quick)")
     ap.add_argument("--modes", nargs="+", default=["fwd", "fwd+bwd"], choices=["fwd", "fwd+bwd"])
     ap.add_argument("--repeats", type=int, default=5)
@@ -69,7 +77,7 @@ def main(argv=None):
     if args.dtypes is None:
         args.dtypes = ["float32"] if args.quick else ["float32", "bfloat16"]
     if args.providers is None and args.quick:
-        args.providers = ["sycl", "cuda", "reference", "torch"]
+        args.providers = ["sycl", "sycl-unpacked", "cuda", "reference", "torch", "copy"]
 
     prov = provenance()
     providers = all_providers(args.providers)

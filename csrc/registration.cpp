@@ -2,6 +2,9 @@
 // Backend kernels are registered per dispatch key at the end of each backend's
 // host files (csrc/cpu, csrc/sycl, csrc/cuda). Composite ops live here.
 #include <ATen/ATen.h>
+#include <ATen/core/grad_mode.h>
+#include <ATen/core/LegacyTypeDispatch.h>
+#include <torch/csrc/autograd/variable.h>
 #include <torch/library.h>
 
 #include "xkernels/shapes.h"
@@ -41,12 +44,67 @@ at::Tensor layer_norm_composite(const at::Tensor& input, c10::SymIntArrayRef nor
   return std::get<0>(op.call(input, normalized_shape, weight, bias, eps));
 }
 
+// layer_norm.out under autograd: like aten's out= ops, it does not differentiate. With grad mode on,
+// an argument that requires grad is an error (aten's rule and wording, naming the argument);
+// otherwise it runs the backend kernel below autograd and bumps out's version counter (what the
+// ADInplaceOrView kernel of an aten out= op does), so autograd notices out was overwritten.
+at::Tensor& layer_norm_out_autograd(const at::Tensor& input, c10::SymIntArrayRef normalized_shape,
+                                    const std::optional<at::Tensor>& weight, const std::optional<at::Tensor>& bias,
+                                    double eps, at::Tensor& out) {
+  if (at::GradMode::is_enabled()) {
+    const std::pair<const char*, const at::Tensor*> args[] = {
+        {"input", &input}, {"weight", weight ? &*weight : nullptr}, {"bias", bias ? &*bias : nullptr}, {"out", &out}};
+    for (const auto& [name, t] : args)
+      TORCH_CHECK(t == nullptr || !t->defined() || !t->requires_grad(),
+                  "xkernels.layer_norm(): functions with out=... arguments don't support automatic differentiation, "
+                  "but argument '", name, "' requires grad; call it under torch.no_grad() / torch.inference_mode(), "
+                  "or without out= to differentiate");
+  }
+  static auto op = c10::Dispatcher::singleton()
+                       .findSchemaOrThrow("xkernels::layer_norm", "out")
+                       .typed<at::Tensor&(const at::Tensor&, c10::SymIntArrayRef, const std::optional<at::Tensor>&,
+                                          const std::optional<at::Tensor>&, double, at::Tensor&)>();
+  {
+    at::AutoDispatchBelowADInplaceOrView below;
+    op.call(input, normalized_shape, weight, bias, eps, out);
+  }
+  torch::autograd::impl::bump_version(out);
+  return out;
+}
+
+// fused_linear_relu_packed under autograd: not differentiable (the packed copy is not the module's
+// parameter). With grad mode on, an argument that requires grad raises; otherwise runs below autograd.
+at::Tensor fused_linear_relu_packed_autograd(const at::Tensor& input, const at::Tensor& packed_weight,
+                                             const std::optional<at::Tensor>& bias, c10::SymInt out_features) {
+  if (at::GradMode::is_enabled()) {
+    const std::pair<const char*, const at::Tensor*> args[] = {
+        {"input", &input}, {"packed_weight", &packed_weight}, {"bias", bias ? &*bias : nullptr}};
+    for (const auto& [name, t] : args)
+      TORCH_CHECK(t == nullptr || !t->defined() || !t->requires_grad(),
+                  "xkernels.fused_linear_relu_packed: not differentiable (inference only), but argument '", name,
+                  "' requires grad; call it under torch.no_grad() / torch.inference_mode(), or use "
+                  "fused_linear_relu with the unpacked weight to differentiate");
+  }
+  static auto op = c10::Dispatcher::singleton()
+                       .findSchemaOrThrow("xkernels::fused_linear_relu_packed", "")
+                       .typed<at::Tensor(const at::Tensor&, const at::Tensor&, const std::optional<at::Tensor>&,
+                                         c10::SymInt)>();
+  at::AutoDispatchBelowADInplaceOrView below;
+  return op.call(input, packed_weight, bias, std::move(out_features));
+}
+
 }  // namespace
 }  // namespace xkernels
 
 TORCH_LIBRARY(xkernels, m) {
   // relu(input @ weight.T + bias); input [..., K], weight [N, K], bias [N].
   m.def("fused_linear_relu(Tensor input, Tensor weight, Tensor? bias=None) -> Tensor");
+  // weight [N, K] packed for fused_linear_relu_packed: [ceil(N / C), K, C], C = 64 (32 for float64) columns per
+  // panel, zero padded (the SYCL CPU GEMM's B operand). CPU tensors only.
+  m.def("pack_linear_weight(Tensor weight) -> Tensor");
+  // fused_linear_relu with a weight from pack_linear_weight (out_features = the original weight's N). CPU tensors
+  // only; inference only (not differentiable: arguments that require grad raise with grad mode on).
+  m.def("fused_linear_relu_packed(Tensor input, Tensor packed_weight, Tensor? bias, SymInt out_features) -> Tensor");
   // Grads of fused_linear_relu (input, weight, bias) from the forward output's ReLU mask; unrequested grads are empty.
   m.def("fused_linear_relu_backward(Tensor grad_output, Tensor input, Tensor weight, Tensor output, "
         "bool[3] output_mask) -> (Tensor, Tensor, Tensor)");
@@ -62,6 +120,11 @@ TORCH_LIBRARY(xkernels, m) {
   // F.layer_norm over the trailing normalized_shape dims (composite over layer_norm_forward).
   m.def("layer_norm(Tensor input, SymInt[] normalized_shape, Tensor? weight=None, Tensor? bias=None, "
         "float eps=1e-05) -> Tensor");
+  // layer_norm into a caller-provided `out` (inference only: no statistics saved, not differentiable);
+  // out must have the input's shape, dtype and device and must not partially overlap the inputs.
+  m.def("layer_norm.out(Tensor input, SymInt[] normalized_shape, Tensor? weight=None, Tensor? bias=None, "
+        "float eps=1e-05, *, Tensor(a!) out) -> Tensor(a!)",
+        {at::Tag::out});
   // layer_norm returning (output, mean, rstd); mean/rstd in the accumulation dtype, shaped for broadcasting.
   m.def("layer_norm_forward(Tensor input, SymInt[] normalized_shape, Tensor? weight=None, Tensor? bias=None, "
         "float eps=1e-05) -> (Tensor, Tensor, Tensor)");
@@ -72,4 +135,7 @@ TORCH_LIBRARY(xkernels, m) {
   m.impl("conv2d.padding", c10::DispatchKey::CompositeImplicitAutograd,
          TORCH_FN(xkernels::conv2d_padding_composite));
   m.impl("layer_norm", c10::DispatchKey::CompositeImplicitAutograd, TORCH_FN(xkernels::layer_norm_composite));
+  m.impl("layer_norm.out", c10::DispatchKey::Autograd, TORCH_FN(xkernels::layer_norm_out_autograd));
+  m.impl("fused_linear_relu_packed", c10::DispatchKey::Autograd,
+         TORCH_FN(xkernels::fused_linear_relu_packed_autograd));
 }

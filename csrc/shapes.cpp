@@ -2,6 +2,7 @@
 #include "xkernels/shapes.h"
 
 #include <ATen/ATen.h>
+#include <ATen/MemoryOverlap.h>
 
 namespace xkernels {
 namespace {
@@ -56,6 +57,47 @@ LinearProblem check_fused_linear_relu_backward(const at::Tensor& grad_output, co
                  at::IntArrayRef(p.out_sizes), ", got ", grad_output.sizes());
   XK_CHECK_VALUE(output.sizes() == at::IntArrayRef(p.out_sizes), op, "argument 'output' must have shape ",
                  at::IntArrayRef(p.out_sizes), ", got ", output.sizes());
+  return p;
+}
+
+void check_pack_linear_weight(const at::Tensor& weight) {
+  const char* op = "pack_linear_weight";
+  check_defined(op, "weight", weight);
+  check_dtype_supported(op, "weight", weight);
+  check_dim(op, "weight", weight, 2);
+}
+
+LinearProblem check_fused_linear_relu_packed(const at::Tensor& input, const at::Tensor& packed_weight,
+                                             const std::optional<at::Tensor>& bias, int64_t out_features) {
+  const char* op = "fused_linear_relu_packed";
+  check_defined(op, "input", input);
+  check_defined(op, "packed_weight", packed_weight);
+  check_dtype_supported(op, "input", input);
+  check_same_dtype_device(op, "packed_weight", packed_weight, "input", input);
+  check_optional_same(op, "bias", bias, "input", input);
+  XK_CHECK_VALUE(input.dim() >= 1, op, "argument 'input' must have at least 1 dimension [..., K], got a 0-D tensor");
+  XK_CHECK_VALUE(out_features >= 0, op, "argument 'out_features' must be non-negative, got ", out_features);
+  check_dim(op, "packed_weight", packed_weight, 3);
+  const int64_t K = input.size(-1), C = linear_pack_columns(input.scalar_type());
+  const std::vector<int64_t> expected{ceil_div(out_features, C), K, C};
+  XK_CHECK_VALUE(packed_weight.sizes() == at::IntArrayRef(expected), op, "argument 'packed_weight' has shape ",
+                 packed_weight.sizes(), " but pack_linear_weight of a [out_features=", out_features, ", K=", K,
+                 "] weight has shape ", at::IntArrayRef(expected));
+  XK_CHECK_VALUE(packed_weight.is_contiguous(), op, "argument 'packed_weight' must be contiguous (as "
+                 "pack_linear_weight returns it), got strides ", packed_weight.strides());
+  LinearProblem p;
+  p.K = K;
+  p.N = out_features;
+  if (present(bias)) {
+    XK_CHECK_VALUE(bias->dim() == 1 && bias->size(0) == p.N, op, "argument 'bias' must have shape [", p.N,
+                   "] (out_features), got ", bias->sizes());
+  }
+  p.M = 1;
+  for (int64_t d = 0; d + 1 < input.dim(); ++d) {
+    p.M *= input.size(d);
+    p.out_sizes.push_back(input.size(d));
+  }
+  p.out_sizes.push_back(p.N);
   return p;
 }
 
@@ -209,6 +251,30 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> layer_norm_empty_outputs(const at
   const auto stat_opts = input.options().dtype(layer_norm_stat_dtype(input.scalar_type()));
   return {empty(input.sizes(), input.options().memory_format(at::MemoryFormat::Contiguous)),
           empty(p.stat_sizes, stat_opts), empty(p.stat_sizes, stat_opts)};
+}
+
+void check_layer_norm_out(const at::Tensor& input, const std::optional<at::Tensor>& weight,
+                          const std::optional<at::Tensor>& bias, const at::Tensor& out) {
+  const char* op = "layer_norm";
+  check_defined(op, "out", out);
+  check_same_dtype_device(op, "out", out, "input", input);
+  XK_CHECK_VALUE(out.sizes() == input.sizes(), op, "argument 'out' must have the input's shape ", input.sizes(),
+                 ", got ", out.sizes(), " (out= tensors are not resized)");
+  XK_CHECK(at::has_internal_overlap(out) != at::MemOverlap::Yes, op,
+           "argument 'out' has elements that share memory (strides ", out.strides(),
+           ", e.g. an expanded tensor); every element of out must be a separate memory location");
+  const std::pair<const char*, const at::Tensor*> reads[] = {
+      {"input", &input}, {"weight", present(weight) ? &*weight : nullptr}, {"bias", present(bias) ? &*bias : nullptr}};
+  for (const auto& [name, t] : reads) {
+    if (t == nullptr || t->numel() == 0 || out.numel() == 0) continue;
+    const at::MemOverlapStatus st = at::get_overlap_status(out, *t);
+    // Full: the very same tensor (in place, element by element: safe). TooHard (one of them is not
+    // dense): the entry then computes from a dense copy or into a dense temporary, so no element is
+    // read after it was written.
+    XK_CHECK(st != at::MemOverlapStatus::Partial, op, "argument 'out' (", describe(out), ", storage offset ",
+             out.storage_offset(), ") partially overlaps argument '", name, "' (", describe(*t), ", storage offset ",
+             t->storage_offset(), "); out must be the same tensor as '", name, "' or share no memory with it");
+  }
 }
 
 LayerNormProblem check_layer_norm_backward(const at::Tensor& grad_output, const at::Tensor& input,

@@ -76,3 +76,25 @@ def test_compile_aot_eager(backend, dynamic):
 @pytest.mark.slow
 def test_compile_inductor(backend):
     _compare("inductor", False)
+
+
+def test_compile_layer_norm_out(backend):
+    """layer_norm.out (tagged torch.Tag.out) is functionalized by torch.compile: one graph, and the
+    caller's `out` holds the result afterwards, as in eager."""
+    torch._dynamo.reset()
+    counter = CompileCounterWithBackend("aot_eager")
+
+    def fn(x, w, out):
+        xkernels.layer_norm(x, [7], w, None, 1e-5, out=out)
+        return out * 2
+
+    compiled = torch.compile(fn, backend=counter, fullgraph=True)
+    x, w = torch.randn(5, 7), torch.randn(7)
+    out_c, out_e = torch.empty(5, 7), torch.empty(5, 7)
+    with torch.no_grad():
+        y_c = compiled(x, w, out_c)
+        y_e = fn(x, w, out_e)
+    assert counter.frame_count == 1
+    torch.testing.assert_close(out_c, out_e)
+    torch.testing.assert_close(y_c, y_e)
+    torch.testing.assert_close(out_e, xkernels.layer_norm(x, [7], w))

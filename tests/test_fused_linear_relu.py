@@ -130,3 +130,81 @@ def test_via_torch_ops(backend):
     x64, w64, b64 = x.double(), w.double(), b.double()
     assert_close(torch.ops.xkernels.fused_linear_relu(x, w, b), oracle(x64, w64, b64), torch.float32, "with bias")
     assert_close(torch.ops.xkernels.fused_linear_relu(x, w), oracle(x64, w64, None), torch.float32, "without bias")
+
+
+# ---------------------------------------------------------------- pre-packed weights
+PACKED_SHAPES = [((7, 13), 5), ((3, 5, 17), 70), ((1, 33), 64), ((130, 600), 130), ((97, 64), 129), ((5,), 3)]
+
+
+@pytest.mark.parametrize("shape,n", PACKED_SHAPES, ids=[f"{'x'.join(map(str, s))}-N{n}" for s, n in PACKED_SHAPES])
+@pytest.mark.parametrize("bias", [True, False], ids=["bias", "nobias"])
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_packed_matches_unpacked(backend, dtype, shape, n, bias):
+    K = shape[-1]
+    # x scaled by 1/sqrt(K): O(1) sums also for K = 600 (> the GEMM's K block of 512), within the budgets.
+    x, w = (torch.randn(*shape) / K ** 0.5).to(dtype), randn(n, K, dtype=dtype)
+    b = randn(n, dtype=dtype) if bias else None
+    packed = xkernels.pack_linear_weight(w)
+    c = 32 if dtype == torch.float64 else 64
+    assert packed.shape == ((n + c - 1) // c, K, c) and packed.is_contiguous()
+    # The layout contract (shapes.h): packed[p][k][c] = W[p * C + c][k], zero past N.
+    unpacked = packed.transpose(1, 2).reshape(-1, K)
+    assert torch.equal(unpacked[:n], w) and not unpacked[n:].any()
+    out = xkernels.fused_linear_relu_packed(x, packed, b, n)
+    expected = F.relu(F.linear(x.double(), w.double(), None if b is None else b.double()))
+    assert_close(out, expected, dtype, "fused_linear_relu_packed")
+    plain = xkernels.fused_linear_relu(x, w, b)
+    rows = x.numel() // K
+    if backend == "reference" or rows > 96:  # the same kernel as the plain op (sycl: M <= 96 runs the dot kernel)
+        torch.testing.assert_close(out, plain, rtol=0, atol=0)
+
+
+def test_packed_layout_same_on_every_backend(backend):
+    w = torch.randn(100, 37)
+    with xkernels.use_backend("reference"):
+        ref = xkernels.pack_linear_weight(w)
+    assert torch.equal(xkernels.pack_linear_weight(w), ref)
+    assert torch.equal(xkernels.pack_linear_weight(w.t().contiguous().t()), ref)  # any weight strides
+
+
+def test_packed_empty(backend):
+    x, w, b = torch.randn(4, 0), torch.randn(3, 0), torch.randn(3)
+    assert torch.equal(xkernels.fused_linear_relu_packed(x, xkernels.pack_linear_weight(w), b, 3),
+                       b.clamp_min(0).expand(4, 3))
+    w = torch.randn(0, 5)
+    assert xkernels.fused_linear_relu_packed(torch.randn(2, 5), xkernels.pack_linear_weight(w), None, 0).shape == (2, 0)
+    assert xkernels.fused_linear_relu_packed(torch.randn(0, 5), xkernels.pack_linear_weight(torch.randn(3, 5)),
+                                             None, 3).shape == (0, 3)
+
+
+def test_packed_not_differentiable(backend):
+    x, w = torch.randn(2, 8), torch.randn(3, 8)
+    packed = xkernels.pack_linear_weight(w)
+    with pytest.raises(RuntimeError, match=r"xkernels\.fused_linear_relu_packed: not differentiable.*'input'"):
+        xkernels.fused_linear_relu_packed(x.requires_grad_(), packed, None, 3)
+    with torch.no_grad():
+        assert xkernels.fused_linear_relu_packed(x, packed, None, 3).shape == (2, 3)
+
+
+@pytest.mark.parametrize("case", ["packed-shape", "out-features", "packed-dtype", "packed-noncontiguous", "bias-shape"])
+def test_packed_validation(case):
+    x, w = torch.randn(2, 8), torch.randn(70, 8)
+    packed = xkernels.pack_linear_weight(w)
+    call, parts = {
+        "packed-shape": (lambda: xkernels.fused_linear_relu_packed(torch.randn(2, 9), packed, None, 70),
+                         ["'packed_weight'", "[2, 8, 64]", "K=9", "[2, 9, 64]"]),
+        "out-features": (lambda: xkernels.fused_linear_relu_packed(x, packed, None, 129),
+                         ["'packed_weight'", "out_features=129", "[3, 8, 64]"]),
+        "packed-dtype": (lambda: xkernels.fused_linear_relu_packed(x, packed.double(), None, 70),
+                         ["'packed_weight'", "Double", "Float"]),
+        "packed-noncontiguous": (lambda: xkernels.fused_linear_relu_packed(
+            x, torch.randn(2, 64, 8).transpose(1, 2), None, 70), ["'packed_weight'", "contiguous", "strides"]),
+        "bias-shape": (lambda: xkernels.fused_linear_relu_packed(x, packed, torch.randn(69), 70),
+                       ["'bias'", "[70]", "[69]"]),
+    }[case]
+    with pytest.raises((ValueError, RuntimeError)) as info:
+        call()
+    for part in ["xkernels.fused_linear_relu_packed", *parts]:
+        assert part in str(info.value), f"{part!r} missing from: {info.value}"
+    with pytest.raises(ValueError, match=r"xkernels\.pack_linear_weight: argument 'weight' must be 2-D, got 3-D"):
+        xkernels.pack_linear_weight(torch.randn(2, 3, 4))

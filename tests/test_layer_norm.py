@@ -121,3 +121,97 @@ def test_int_normalized_shape(backend):
     expected = F.layer_norm(x.double(), [9])
     assert_close(xkernels.layer_norm(x, 9), expected, torch.float32, "layer_norm(int)")
     assert_close(torch.ops.xkernels.layer_norm(x, [9]), expected, torch.float32, "torch.ops.xkernels.layer_norm")
+
+
+# ---------------------------------------------------------------- layer_norm.out (caller-provided output)
+OUT_SHAPES = [s for s in SHAPES if 0 not in s[0]] + [((4, 1000), [1000]), ((3, 37), [37])]  # partial sub-group steps
+
+
+@pytest.mark.parametrize("shape,normalized_shape", OUT_SHAPES,
+                         ids=[f"{'x'.join(map(str, s))}-ns{'x'.join(map(str, n))}" for s, n in OUT_SHAPES])
+@pytest.mark.parametrize("affine", AFFINE)
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_out_matches_torch(backend, dtype, shape, normalized_shape, affine):
+    x = randn(*shape, dtype=dtype)
+    w = randn(*normalized_shape, dtype=dtype) if "weight" in affine else None
+    b = randn(*normalized_shape, dtype=dtype) if "bias" in affine else None
+    out = torch.full(shape, float("nan"), dtype=dtype)  # every element must be written
+    result = xkernels.layer_norm(x, normalized_shape, w, b, 1e-5, out=out)
+    assert result is out
+    expected = F.layer_norm(x.double(), normalized_shape, None if w is None else w.double(),
+                            None if b is None else b.double(), 1e-5)
+    assert_close(out, expected, dtype, "layer_norm(out=)")
+    # The same values as the functional op (same kernel, statistics just not stored).
+    torch.testing.assert_close(out, xkernels.layer_norm(x, normalized_shape, w, b, 1e-5), rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("rows", [0, 3])
+def test_out_empty(backend, rows):
+    x = torch.randn(rows, 0) if rows else torch.randn(0, 5)
+    out = torch.empty_like(x)
+    assert xkernels.layer_norm(x, [x.shape[-1]], out=out) is out
+
+
+OUT_LAYOUTS = ["in_place", "transposed_out", "sliced_out", "storage_offset_out", "noncontiguous_input"]
+
+
+@pytest.mark.parametrize("layout", OUT_LAYOUTS)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+def test_out_layouts(backend, dtype, layout):
+    x, w, b = randn(6, 4, 37, dtype=dtype), randn(37, dtype=dtype), randn(37, dtype=dtype)
+    expected = F.layer_norm(x.double(), [37], w.double(), b.double())
+    if layout == "in_place":
+        out = x.clone()
+        src = out
+    elif layout == "transposed_out":  # same shape, other strides: filled through a temporary
+        out = torch.empty(4, 6, 37, dtype=dtype).transpose(0, 1)
+        src = x
+    elif layout == "sliced_out":
+        base = torch.full((6, 4, 74), 7.0, dtype=dtype)
+        out = base[:, :, ::2]
+        src = x
+    elif layout == "storage_offset_out":
+        out = torch.empty(x.numel() + 5, dtype=dtype)[5:].view(x.shape)
+        src = x
+    else:
+        src = randn(6, 37, 4, dtype=dtype).transpose(1, 2)
+        expected = F.layer_norm(src.double(), [37], w.double(), b.double())
+        out = torch.empty(6, 4, 37, dtype=dtype)
+    assert xkernels.layer_norm(src, [37], w, b, out=out) is out
+    assert_close(out, expected, dtype, f"layer_norm(out=)[{layout}]")
+    if layout == "sliced_out":  # the gaps between out's elements are untouched
+        assert (base[:, :, 1::2] == 7.0).all()
+
+
+def test_out_autograd(backend):
+    """Like torch's out= functions: no autograd. Arguments that require grad raise with grad mode on;
+    under no_grad the op runs; out's version counter is bumped (autograd sees it was overwritten)."""
+    x, w = torch.randn(3, 8), torch.randn(8)
+    for name, args in (("input", (x.clone().requires_grad_(), w)), ("weight", (x, w.clone().requires_grad_()))):
+        with pytest.raises(RuntimeError, match=rf"xkernels\.layer_norm\(\): functions with out=\.\.\. arguments "
+                                               rf"don't support automatic differentiation, but argument '{name}'"):
+            xkernels.layer_norm(args[0], [8], args[1], out=torch.empty(3, 8))
+    with pytest.raises(RuntimeError, match="argument 'out' requires grad"):
+        xkernels.layer_norm(x, [8], w, out=torch.empty(3, 8, requires_grad=True))
+    out = torch.empty(3, 8)
+    v = out._version
+    with torch.no_grad():
+        xkernels.layer_norm(x.clone().requires_grad_(), [8], w, out=out)
+    assert out._version > v
+    assert not out.requires_grad
+    assert_close(out, F.layer_norm(x.double(), [8], w.double()), torch.float32, "layer_norm(out=) under no_grad")
+    # A tensor saved for backward and then overwritten through out= is detected by autograd.
+    a = torch.randn(3, 8, requires_grad=True)
+    saved = a * 1.0
+    y = saved.exp()  # saves its output
+    with torch.no_grad():
+        xkernels.layer_norm(x, [8], out=y)
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        y.sum().backward()
+
+
+def test_out_dispatch_record(backend):
+    x = torch.randn(4, 8)
+    with xkernels.dispatch_record() as rec:
+        xkernels.layer_norm(x, [8], out=torch.empty_like(x))
+    assert dict(rec.counts()) == {("layer_norm.out", backend, "cpu"): 1}

@@ -311,3 +311,92 @@ def test_optimized_model_under_torch_compile(backend):
     torch.testing.assert_close(out, eager, rtol=1e-5, atol=1e-6)
     for g, p in zip(eager_grads, opt.parameters()):
         torch.testing.assert_close(p.grad, g, rtol=1e-5, atol=1e-6)
+
+
+# ---------------------------------------------------------------- FusedLinearReLU: pre-packed weight cache
+def _packed_cache(m):
+    return m.__dict__.get("_packed_cache")
+
+
+@pytest.fixture
+def sycl_backend():
+    if not xkernels.backends()["sycl"].available:
+        pytest.skip("the packed path runs on the SYCL backend only")
+    with xkernels.use_backend("sycl"):
+        yield
+
+
+def _expected(m, x):
+    return torch.relu(torch.nn.functional.linear(x.double(), m.weight.double(), m.bias.double()))
+
+
+def test_fused_linear_relu_packed_cache_used_and_invalidated(sycl_backend):
+    torch.manual_seed(0)
+    m = xkernels.nn.FusedLinearReLU(40, 130)
+    x = torch.randn(100, 40)
+    with torch.no_grad():
+        y = m(x)
+    first = _packed_cache(m)
+    assert first is not None, "no-grad forward on the SYCL backend must pack the weight"
+    torch.testing.assert_close(y, xkernels.fused_linear_relu(x, m.weight.detach(), m.bias.detach()), rtol=0, atol=0)
+    with torch.no_grad():
+        m(x)
+    assert _packed_cache(m)[2] is first[2], "unchanged weight: the packed copy is reused"
+    assert set(m.state_dict()) == {"weight", "bias"}
+    # In-place update of the parameter: version changes, so it re-packs and the result follows.
+    with torch.no_grad():
+        m.weight.add_(1)
+        y = m(x)
+    assert _packed_cache(m)[2] is not first[2]
+    torch.testing.assert_close(y.double(), _expected(m, x), rtol=1e-5, atol=1e-4)
+    # A new Parameter object.
+    second = _packed_cache(m)
+    m.weight = torch.nn.Parameter(torch.randn(130, 40))
+    with torch.no_grad():
+        y = m(x)
+    assert _packed_cache(m)[2] is not second[2]
+    torch.testing.assert_close(y.double(), _expected(m, x), rtol=1e-5, atol=1e-4)
+    # load_state_dict copies in place.
+    third = _packed_cache(m)
+    m.load_state_dict({"weight": torch.randn(130, 40), "bias": torch.randn(130)})
+    with torch.no_grad():
+        y = m(x)
+    assert _packed_cache(m)[2] is not third[2]
+    torch.testing.assert_close(y.double(), _expected(m, x), rtol=1e-5, atol=1e-4)
+    # .to(dtype): the packed copy follows the new dtype.
+    m.to(torch.float64)
+    with torch.no_grad():
+        y = m(x.double())
+    assert y.dtype == torch.float64 and _packed_cache(m)[2].dtype == torch.float64
+    torch.testing.assert_close(y, _expected(m, x), rtol=1e-10, atol=1e-10)
+    assert set(m.state_dict()) == {"weight", "bias"}
+
+
+def test_fused_linear_relu_packed_not_used_when_grad_needed(sycl_backend):
+    m = xkernels.nn.FusedLinearReLU(16, 8)
+    x = torch.randn(4, 16)
+    y = m(x)  # grad mode on, parameters require grad: the plain op, gradients reach the parameters
+    assert _packed_cache(m) is None
+    y.sum().backward()
+    assert m.weight.grad is not None and m.bias.grad is not None
+    m.weight.requires_grad_(False)
+    m.bias.requires_grad_(False)
+    xg = x.clone().requires_grad_()
+    m(xg).sum().backward()  # input requires grad: plain op too
+    assert _packed_cache(m) is None and xg.grad is not None
+    m(x)  # nothing requires grad: packed even with grad mode on
+    assert _packed_cache(m) is not None
+
+
+def test_fused_linear_relu_packed_only_on_sycl():
+    m = xkernels.nn.FusedLinearReLU(16, 8)
+    with xkernels.use_backend("reference"), torch.no_grad():
+        with xkernels.dispatch_record() as rec:
+            m(torch.randn(4, 16))
+    assert _packed_cache(m) is None
+    assert {op for op, _b, _d in rec.counts()} == {"fused_linear_relu"}
+    m.pack_weight = False
+    if xkernels.backends()["sycl"].available:
+        with xkernels.use_backend("sycl"), torch.no_grad():
+            m(torch.randn(4, 16))
+        assert _packed_cache(m) is None, "pack_weight=False turns the cache off"

@@ -23,7 +23,7 @@ def _linear_out(x, w, b):
 
 
 def sample_calls():
-    """(id, op overload, args) for every op, with and without requires_grad and optional args."""
+    """(id, op overload, args[, kwargs]) for every op, with and without requires_grad and optional args."""
     calls = []
     for grad in (False, True):
         g = "grad" if grad else "nograd"
@@ -46,6 +46,21 @@ def sample_calls():
             (f"layer_norm-noaffine-{g}", ops.layer_norm.default, (r(6, 7, grad=grad), [7], None, None, 1e-5)),
             (f"layer_norm_forward-{g}", ops.layer_norm_forward.default, (r(4, 9, grad=grad), [9], r(9, grad=grad), None, 1e-3)),
         ]
+    # layer_norm.out: inference only (inputs requiring grad raise; test_layer_norm.py checks that).
+    calls += [
+        ("layer_norm.out", ops.layer_norm.out, (r(4, 3, 5), [3, 5], r(3, 5), r(3, 5), 1e-5), {"out": r(4, 3, 5)}),
+        ("layer_norm.out-noaffine", ops.layer_norm.out, (r(6, 7), [7], None, None, 1e-3), {"out": r(6, 7)}),
+        ("layer_norm.out-transposed-out", ops.layer_norm.out, (r(6, 7), [7], r(7), None, 1e-5), {"out": r(7, 6).t()}),
+    ]
+    # Pre-packed linear weights (inference only).
+    wp = r(70, 7)
+    calls += [
+        ("pack_linear_weight", ops.pack_linear_weight.default, (wp,)),
+        ("fused_linear_relu_packed", ops.fused_linear_relu_packed.default,
+         (r(5, 7), ops.pack_linear_weight(wp), r(70), 70)),
+        ("fused_linear_relu_packed-3d-nobias", ops.fused_linear_relu_packed.default,
+         (r(2, 3, 7), ops.pack_linear_weight(wp), None, 70)),
+    ]
     # Backward ops (not differentiable themselves), every output_mask shape that autograd produces.
     x, w, b = r(5, 7), r(3, 7), r(3)
     y = _linear_out(x, w, b)
@@ -71,9 +86,10 @@ def sample_calls():
 CALLS = sample_calls()
 
 
-@pytest.mark.parametrize("op,args", [(c[1], c[2]) for c in CALLS], ids=[c[0] for c in CALLS])
-def test_opcheck(backend, op, args):
-    opcheck(op, args)
+@pytest.mark.parametrize("op,args,kwargs", [(c[1], c[2], c[3] if len(c) > 3 else {}) for c in CALLS],
+                         ids=[c[0] for c in CALLS])
+def test_opcheck(backend, op, args, kwargs):
+    opcheck(op, args, kwargs)
 
 
 # ---------------------------------------------------------------- fake vs real metadata

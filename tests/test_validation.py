@@ -110,6 +110,24 @@ CASES = {
                          ["xkernels.layer_norm", "'weight'", "meta", "cpu"]),
     "ln-device-bias": (lambda: xkernels.layer_norm(r(2, 3), [3], None, r(3, device="meta")), RuntimeError,
                        ["xkernels.layer_norm", "'bias'", "meta", "cpu"]),
+    "ln-out-dtype": (lambda: xkernels.layer_norm(r(2, 3), [3], out=r(2, 3).double()), RuntimeError,
+                     ["xkernels.layer_norm", "'out'", "Double", "Float"]),
+    "ln-out-device": (lambda: xkernels.layer_norm(r(2, 3), [3], out=r(2, 3, device="meta")), RuntimeError,
+                      ["xkernels.layer_norm", "'out'", "meta", "cpu"]),
+    "ln-out-shape": (lambda: xkernels.layer_norm(r(2, 3), [3], out=r(3, 2)), ValueError,
+                     ["xkernels.layer_norm", "'out'", "[2, 3]", "[3, 2]", "not resized"]),
+    "ln-out-empty-not-resized": (lambda: xkernels.layer_norm(r(2, 3), [3], out=r(0)), ValueError,
+                                 ["xkernels.layer_norm", "'out'", "[2, 3]", "[0]"]),
+    "ln-out-internal-overlap": (lambda: xkernels.layer_norm(r(2, 3), [3], out=r(1, 3).expand(2, 3)), RuntimeError,
+                                ["xkernels.layer_norm", "'out'", "[0, 1]", "share memory"]),
+    "ln-out-overlaps-input": (lambda: (lambda s: xkernels.layer_norm(s[:6].view(2, 3), [3], out=s[3:].view(2, 3)))(
+        r(9)), RuntimeError, ["xkernels.layer_norm", "'out'", "partially overlaps argument 'input'", "offset 3"]),
+    "ln-out-overlaps-weight": (lambda: (lambda s: xkernels.layer_norm(r(2, 3), [3], s[:3], out=s[1:].view(2, 3)))(
+        r(7)), RuntimeError, ["xkernels.layer_norm", "'out'", "partially overlaps argument 'weight'"]),
+    "ln-out-overlaps-bias": (lambda: (lambda s: xkernels.layer_norm(r(2, 3), [3], None, s[4:7], out=s[:6].view(2, 3)))(
+        r(7)), RuntimeError, ["xkernels.layer_norm", "'out'", "partially overlaps argument 'bias'"]),
+    "ln-out-requires-grad": (lambda: xkernels.layer_norm(r(2, 3, requires_grad=True), [3], out=r(2, 3)), RuntimeError,
+                             ["xkernels.layer_norm", "out=", "automatic differentiation", "'input'"]),
     "ln-backward-stats": (
         lambda: ops.layer_norm_backward(r(2, 3), r(2, 3), [3], r(3), r(2), None, None, [True] * 3), ValueError,
         ["xkernels.layer_norm_backward", "'mean'", "[3]"]),
@@ -149,6 +167,10 @@ META_CASES = {
                             ["xkernels.layer_norm", "'normalized_shape'", "[4]"]),
     "ln-weight-dtype": (lambda m: xkernels.layer_norm(m(2, 3), [3], m(3).half()),
                         ["xkernels.layer_norm", "'weight'", "torch.float16"]),
+    "ln-out-dtype": (lambda m: xkernels.layer_norm(m(2, 3), [3], out=m(2, 3).half()),
+                     ["xkernels.layer_norm", "'out'", "torch.float16"]),
+    "ln-out-shape": (lambda m: xkernels.layer_norm(m(2, 3), [3], out=m(2, 4)),
+                     ["xkernels.layer_norm", "'out'", "[2, 3]", "[2, 4]"]),
 }
 
 
@@ -168,3 +190,5 @@ def test_valid_meta_call_gives_meta_output():
     out = xkernels.conv2d(m(2, 3, 5, 5), m(4, 3, 3, 3), None, stride=2, padding=1)
     assert out.device.type == "meta" and out.shape == (2, 4, 3, 3)
     assert xkernels.layer_norm(m(2, 3), [3]).device.type == "meta"
+    out = m(2, 3)
+    assert xkernels.layer_norm(m(2, 3), [3], out=out) is out

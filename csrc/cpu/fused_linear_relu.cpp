@@ -152,9 +152,29 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> fused_linear_relu_backward(const 
   return {mask[0] ? gi.view(input.sizes()) : gi, gw, gb};
 }
 
+// Pre-packed weights, in the one layout every backend uses (shapes.h: linear_pack_columns):
+// packed[p][k][c] = W[p * C + c][k], zero for rows p * C + c >= N.
+at::Tensor pack_linear_weight(const at::Tensor& weight) {
+  const int64_t N = weight.size(0), K = weight.size(1), C = linear_pack_columns(weight.scalar_type());
+  const int64_t panels = ceil_div(N, C);
+  at::Tensor padded = at::zeros({panels * C, K}, weight.options());
+  padded.narrow(0, 0, N).copy_(weight);
+  return padded.view({panels, C, K}).transpose(1, 2).contiguous();
+}
+
+// Unpacks (W[n][k] = packed[n / C][k][n % C]) and runs the plain reference kernel: obviously the
+// same result as fused_linear_relu with the original weight.
+at::Tensor fused_linear_relu_packed(const at::Tensor& input, const at::Tensor& packed_weight, const at::Tensor& bias,
+                                    const LinearProblem& p) {
+  const at::Tensor w = packed_weight.transpose(1, 2).reshape({-1, p.K}).narrow(0, 0, p.N);
+  return fused_linear_relu(input, w, bias, p);
+}
+
 }  // namespace xkernels::reference
 
 TORCH_LIBRARY_IMPL(xkernels, CPU, m) {
   m.impl("fused_linear_relu", &xkernels::entry::fused_linear_relu<xkernels::choose_cpu_backend>);
   m.impl("fused_linear_relu_backward", &xkernels::entry::fused_linear_relu_backward<xkernels::choose_cpu_backend>);
+  m.impl("pack_linear_weight", &xkernels::entry::pack_linear_weight<xkernels::choose_cpu_backend>);
+  m.impl("fused_linear_relu_packed", &xkernels::entry::fused_linear_relu_packed<xkernels::choose_cpu_backend>);
 }

@@ -13,14 +13,12 @@
 
 namespace xkernels::reference {
 
-std::tuple<at::Tensor, at::Tensor, at::Tensor> layer_norm_forward(const at::Tensor& input, const at::Tensor& weight,
-                                                                  const at::Tensor& bias, double eps,
-                                                                  const LayerNormProblem& p) {
+void layer_norm_forward_out(const at::Tensor& input, const at::Tensor& weight, const at::Tensor& bias, double eps,
+                            const LayerNormProblem& p, const at::Tensor& out, const at::Tensor& mean,
+                            const at::Tensor& rstd) {
   const at::Tensor x = input.contiguous();
   const at::Tensor w = contiguous_if_defined(weight);
   const at::Tensor b = contiguous_if_defined(bias);
-  at::Tensor out, mean, rstd;
-  std::tie(out, mean, rstd) = layer_norm_empty_outputs(x, p);
   const int64_t M = p.M, N = p.N;
   XK_DISPATCH_FLOATING_TYPES(x.scalar_type(), "layer_norm_forward", [&] {
     using acc = acc_t<scalar_t>;
@@ -28,8 +26,8 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> layer_norm_forward(const at::Tens
     const scalar_t* W = w.defined() ? w.const_data_ptr<scalar_t>() : nullptr;
     const scalar_t* B = b.defined() ? b.const_data_ptr<scalar_t>() : nullptr;
     scalar_t* Y = out.mutable_data_ptr<scalar_t>();
-    acc* MEAN = mean.mutable_data_ptr<acc>();
-    acc* RSTD = rstd.mutable_data_ptr<acc>();
+    acc* MEAN = mean.defined() ? mean.mutable_data_ptr<acc>() : nullptr;  // undefined: not saved (layer_norm.out)
+    acc* RSTD = rstd.defined() ? rstd.mutable_data_ptr<acc>() : nullptr;
     at::parallel_for(0, M, 1, [&](int64_t begin, int64_t end) {
       for (int64_t i = begin; i < end; ++i) {
         const scalar_t* xr = X + i * N;
@@ -57,8 +55,9 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> layer_norm_forward(const at::Tens
         // 0 would turn the row silently into the bias. Like PyTorch, rstd (and the row) is NaN.
         if (std::isinf(var)) var = std::numeric_limits<acc>::quiet_NaN();
         const acc rs = acc(1) / std::sqrt(var + static_cast<acc>(eps));
-        MEAN[i] = mu;
-        RSTD[i] = rs;
+        if (MEAN) MEAN[i] = mu;
+        if (RSTD) RSTD[i] = rs;
+        // Y may be X itself (layer_norm.out in place): element j is read before it is written.
         for (int64_t j = 0; j < N; ++j) {
           acc y = (static_cast<acc>(xr[j]) - mu) * rs;
           if (W) y = y * static_cast<acc>(W[j]);
@@ -68,7 +67,6 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> layer_norm_forward(const at::Tens
       }
     });
   });
-  return {out.view(input.sizes()), mean, rstd};
 }
 
 // With xhat = (x - mean) * rstd and g = dy * w (dy if no weight):
@@ -143,5 +141,6 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> layer_norm_backward(const at::Ten
 
 TORCH_LIBRARY_IMPL(xkernels, CPU, m) {
   m.impl("layer_norm_forward", &xkernels::entry::layer_norm_forward<xkernels::choose_cpu_backend>);
+  m.impl("layer_norm.out", &xkernels::entry::layer_norm_out<xkernels::choose_cpu_backend>);
   m.impl("layer_norm_backward", &xkernels::entry::layer_norm_backward<xkernels::choose_cpu_backend>);
 }

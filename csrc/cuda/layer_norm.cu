@@ -29,27 +29,31 @@ RowLaunch row_launch(int64_t M, int64_t N) {
 
 }  // namespace
 
-std::tuple<at::Tensor, at::Tensor, at::Tensor> layer_norm_forward(const at::Tensor& input, const at::Tensor& weight,
-                                                                  const at::Tensor& bias, double eps,
-                                                                  const LayerNormProblem& p) {
+void layer_norm_forward_out(const at::Tensor& input, const at::Tensor& weight, const at::Tensor& bias, double eps,
+                            const LayerNormProblem& p, const at::Tensor& out, const at::Tensor& mean,
+                            const at::Tensor& rstd) {
   const c10::cuda::CUDAGuard guard(input.device());
   const cudaStream_t stream = c10::cuda::getCurrentCUDAStream().stream();
   const at::Tensor x = input.contiguous();
   const at::Tensor w = contiguous_if_defined(weight);
   const at::Tensor b = contiguous_if_defined(bias);
-  at::Tensor out, mean, rstd;
-  std::tie(out, mean, rstd) = layer_norm_empty_outputs(input, p);
+  // The kernel's x and y are __restrict__: layer_norm.out in place (out is the input) goes
+  // through a temporary, copied back on the same stream.
+  const bool in_place = out.data_ptr() == x.data_ptr();
+  at::Tensor y = in_place ? at::empty(out.sizes(), out.options()) : out;
   const RowLaunch L = row_launch(p.M, p.N);
   XK_DISPATCH_FLOATING_TYPES(input.scalar_type(), "xkernels.layer_norm", [&] {
     using T = cuda_t<scalar_t>;
     using Acc = k::acc_t<T>;
     auto kernel = L.block_row ? k::layer_norm_forward_kernel<T, true> : k::layer_norm_forward_kernel<T, false>;
     kernel<<<L.grid, L.block, 0, stream>>>(data_in<scalar_t>(x), data_in<scalar_t>(w), data_in<scalar_t>(b),
-                                           data_out<scalar_t>(out), mean.mutable_data_ptr<Acc>(),
-                                           rstd.mutable_data_ptr<Acc>(), p.M, p.N, static_cast<Acc>(eps));
+                                           data_out<scalar_t>(y),
+                                           mean.defined() ? mean.mutable_data_ptr<Acc>() : nullptr,  // null: not saved
+                                           rstd.defined() ? rstd.mutable_data_ptr<Acc>() : nullptr, p.M, p.N,
+                                           static_cast<Acc>(eps));
     C10_CUDA_KERNEL_LAUNCH_CHECK();
   });
-  return {out, mean, rstd};
+  if (in_place) out.copy_(y);
 }
 
 std::tuple<at::Tensor, at::Tensor, at::Tensor> layer_norm_backward(const at::Tensor& grad_output,

@@ -44,4 +44,5 @@ TORCH_LIBRARY_IMPL(xkernels, CUDA, m) {
   m.impl("conv2d_backward", &entry::conv2d_backward<choose_cuda_backend>);
   m.impl("layer_norm_forward", &entry::layer_norm_forward<choose_cuda_backend>);
   m.impl("layer_norm_backward", &entry::layer_norm_backward<choose_cuda_backend>);
+  m.impl("layer_norm.out", &entry::layer_norm_out<choose_cuda_backend>);
 }

@@ -110,7 +110,7 @@ const KernelGroup& kLinearGroup = register_kernel_group({"fused_linear_relu.hpp"
 // linear_gemm_panel's B operand (columns past N zero). Queued before the GEMM that reads it
 // (in-order queue); the caller keeps the result alive until that GEMM is done.
 template <typename T>
-at::Tensor pack_panels(sycl::queue& q, const at::Tensor& B) {
+at::Tensor pack_panels(sycl::queue& q, const at::Tensor& B, sycl::event* done = nullptr) {
   using G = xk::PanelTile<T>;
   const int64_t K = B.size(0), N = B.size(1);
   const int64_t panels = ceil_div(N, G::kCols);
@@ -119,9 +119,45 @@ at::Tensor pack_panels(sycl::queue& q, const at::Tensor& B) {
   const int64_t k_chunk = ceil_div(K, k_chunks);
   static KernelMemo memo;
   const sycl::kernel k = memo.get(q, kLinearGroup, 0, [] { return kernel_name<T>("xk::linear_pack_panels"); });
-  launch(q, k, sycl::nd_range<1>(sycl::range<1>(panels * k_chunks * G::kSubGroup), sycl::range<1>(G::kSubGroup)),
-         B.const_data_ptr<T>(), B.stride(0), B.stride(1), packed.mutable_data_ptr<T>(), K, N, k_chunk, k_chunks);
+  const sycl::event e =
+      launch(q, k, sycl::nd_range<1>(sycl::range<1>(panels * k_chunks * G::kSubGroup), sycl::range<1>(G::kSubGroup)),
+             B.const_data_ptr<T>(), B.stride(0), B.stride(1), packed.mutable_data_ptr<T>(), K, N, k_chunk, k_chunks);
+  if (done) *done = e;
   return packed;
+}
+
+// The panel GEMM (linear_gemm_panel) on a B operand already in place or packed: C [M, N] =
+// epilogue(A @ B [+ bias]), B read at b_ptr + panel * panel_stride + k * ldb + c. `partial` receives
+// the acc-type K-block scratch when T is not the accumulation type (the caller keeps it alive until
+// the returned event is done).
+template <typename T>
+sycl::event panel_gemm(sycl::queue& q, const at::Tensor& A, const T* b_ptr, int64_t ldb, int64_t panel_stride,
+                       int64_t N, const at::Tensor& bias, bool relu, at::Tensor& C, at::Tensor& partial) {
+  using G = xk::PanelTile<T>;
+  const int64_t M = A.size(0), K = A.size(1);
+  const bool has_bias = bias.defined();
+  T* c_ptr = C.mutable_data_ptr<T>();
+  // K blocks: partial sums live in C itself when T is the accumulation type.
+  const int64_t k_block = A.stride(1) == 1 ? xk::kPanelKBlock : LinearConfig::kPanelKBlockStridedA;
+  acc_t<T>* partial_ptr = nullptr;
+  if (K > k_block) {
+    if constexpr (std::is_same_v<T, acc_t<T>>) {
+      partial_ptr = c_ptr;
+    } else {
+      partial = empty({M, N}, C.options().dtype(c10::CppTypeToScalarType<acc_t<T>>::value));
+      partial_ptr = partial.mutable_data_ptr<acc_t<T>>();
+    }
+  }
+  const int64_t row_groups = ceil_div(M, int64_t{G::kRows} * G::kRowTilesPerGroup);
+  const int64_t groups = row_groups * ceil_div(N, int64_t{G::kCols});
+  static KernelMemo memo;
+  const int flags = (has_bias ? 2 : 0) | (relu ? 1 : 0);  // the KernelMemo key
+  const sycl::kernel k = memo.get(q, kLinearGroup, flags, [&] {
+    return gemm_name("xk::linear_gemm_panel", kernel_type_name<T>(), has_bias, relu);
+  });
+  const sycl::nd_range<1> range(sycl::range<1>(groups * G::kSubGroup), sycl::range<1>(G::kSubGroup));
+  return launch(q, k, range, A.const_data_ptr<T>(), A.stride(0), A.stride(1), b_ptr, ldb, panel_stride,
+                has_bias ? bias.const_data_ptr<T>() : nullptr, c_ptr, N, partial_ptr, M, N, K, k_block, row_groups);
 }
 
 // C = epilogue(A @ B [+ bias]) with C [M, N] contiguous; A [M, K] and B [K, N] are 2-D views
@@ -158,8 +194,7 @@ void gemm(sycl::queue& q, GemmVariant variant, const at::Tensor& A, const at::Te
     done = launch(q, k, range, A.const_data_ptr<T>(), A.stride(0), B.const_data_ptr<T>(), B.stride(1), bias_ptr, c_ptr,
                   N, M, N, K, row_tiles);
   } else {
-    using G = xk::PanelTile<T>;
-    const int64_t cols = G::kCols;
+    const int64_t cols = xk::PanelTile<T>::kCols;
     const T* b_ptr;
     int64_t ldb, panel_stride;
     if (B.stride(1) == 1 && M < LinearConfig::kPackMinRows) {
@@ -172,24 +207,7 @@ void gemm(sycl::queue& q, GemmVariant variant, const at::Tensor& A, const at::Te
       ldb = cols;
       panel_stride = K * cols;
     }
-    // K blocks: partial sums live in C itself when T is the accumulation type.
-    const int64_t k_block = A.stride(1) == 1 ? xk::kPanelKBlock : LinearConfig::kPanelKBlockStridedA;
-    acc_t<T>* partial_ptr = nullptr;
-    if (K > k_block) {
-      if constexpr (std::is_same_v<T, acc_t<T>>) {
-        partial_ptr = c_ptr;
-      } else {
-        partial = empty({M, N}, C.options().dtype(c10::CppTypeToScalarType<acc_t<T>>::value));
-        partial_ptr = partial.mutable_data_ptr<acc_t<T>>();
-      }
-    }
-    const int64_t row_groups = ceil_div(M, int64_t{G::kRows} * G::kRowTilesPerGroup);
-    const int64_t groups = row_groups * ceil_div(N, cols);
-    static KernelMemo memo;
-    const sycl::kernel k = memo.get(q, kLinearGroup, flags, [&] { return gemm_name("xk::linear_gemm_panel", type, has_bias, relu); });
-    const sycl::nd_range<1> range(sycl::range<1>(groups * G::kSubGroup), sycl::range<1>(G::kSubGroup));
-    done = launch(q, k, range, A.const_data_ptr<T>(), A.stride(0), A.stride(1), b_ptr, ldb, panel_stride, bias_ptr,
-                  c_ptr, N, partial_ptr, M, N, K, k_block, row_groups);
+    done = panel_gemm<T>(q, A, b_ptr, ldb, panel_stride, N, bias, relu, C, partial);
   }
   wait_if_host(C, done);
 }
@@ -206,6 +224,49 @@ at::Tensor fused_linear_relu(const at::Tensor& input, const at::Tensor& weight, 
   const GemmVariant variant = choose_variant(traits_of(q));
   XK_DISPATCH_FLOATING_TYPES(x.scalar_type(), "fused_linear_relu", [&] {
     gemm<scalar_t>(q, variant, x, w.t(), b, /*relu=*/true, out);
+  });
+  return out.view(p.out_sizes);
+}
+
+// ---- pre-packed weights (pack_linear_weight / fused_linear_relu_packed): the panel GEMM's B
+// operand W^T packed once by the caller instead of on every forward call.
+static_assert(xk::PanelTile<float>::kCols == 64 && xk::PanelTile<double>::kCols == 32 &&
+                  xk::PanelTile<sycl::half>::kCols == 64 && xk::PanelTile<sycl::ext::oneapi::bfloat16>::kCols == 64,
+              "linear_pack_columns (shapes.h) must match the panel width of linear_gemm_panel");
+
+namespace {
+void check_packed_device(const char* op, sycl::queue& q) {
+  const DeviceTraits& t = traits_of(q);
+  XK_CHECK(has_sub_group_16(t), op, "the packed weight layout is that of the panel GEMM, which needs sub-groups of 16, "
+           "but SYCL device '", t.name, "' does not support them; use fused_linear_relu");
+}
+}  // namespace
+
+at::Tensor pack_linear_weight(const at::Tensor& weight) {
+  sycl::queue& q = queue_for(weight);
+  check_packed_device("pack_linear_weight", q);
+  at::Tensor packed;
+  sycl::event done;
+  XK_DISPATCH_FLOATING_TYPES(weight.scalar_type(), "pack_linear_weight", [&] {
+    packed = pack_panels<scalar_t>(q, weight.t(), &done);  // B = W^T [K, N], any strides
+  });
+  wait_if_host(weight, done);
+  return packed;
+}
+
+at::Tensor fused_linear_relu_packed(const at::Tensor& input, const at::Tensor& packed_weight, const at::Tensor& bias,
+                                    const LinearProblem& p) {
+  const at::Tensor x = input.reshape({p.M, p.K}).contiguous();
+  const at::Tensor b = contiguous_if_defined(bias);
+  at::Tensor out = empty({p.M, p.N}, x.options());
+  sycl::queue& q = queue_for(x);
+  check_packed_device("fused_linear_relu_packed", q);
+  XK_DISPATCH_FLOATING_TYPES(x.scalar_type(), "fused_linear_relu_packed", [&] {
+    const int64_t cols = xk::PanelTile<scalar_t>::kCols;
+    at::Tensor partial;  // K-block scratch for half types; alive until the wait below
+    sycl::event done = panel_gemm<scalar_t>(q, x, packed_weight.const_data_ptr<scalar_t>(), cols, p.K * cols, p.N, b,
+                                            /*relu=*/true, out, partial);
+    wait_if_host(x, done);
   });
   return out.view(p.out_sizes);
 }

@@ -55,14 +55,12 @@ sycl::nd_range<1> row_range(const DeviceTraits& t, int64_t M) {
 
 }  // namespace
 
-std::tuple<at::Tensor, at::Tensor, at::Tensor> layer_norm_forward(const at::Tensor& input, const at::Tensor& weight,
-                                                                  const at::Tensor& bias, double eps,
-                                                                  const LayerNormProblem& p) {
+void layer_norm_forward_out(const at::Tensor& input, const at::Tensor& weight, const at::Tensor& bias, double eps,
+                            const LayerNormProblem& p, const at::Tensor& out, const at::Tensor& mean,
+                            const at::Tensor& rstd) {
   const at::Tensor x = input.contiguous();
   const at::Tensor w = contiguous_if_defined(weight);
   const at::Tensor b = contiguous_if_defined(bias);
-  at::Tensor out, mean, rstd;
-  std::tie(out, mean, rstd) = layer_norm_empty_outputs(x, p, &empty);
   sycl::queue& q = queue_for(x);
   const DeviceTraits& traits = traits_of(q);
   sycl::event done;
@@ -73,10 +71,10 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> layer_norm_forward(const at::Tens
     done = launch(q, k, row_range(traits, p.M), x.const_data_ptr<scalar_t>(),
                   w.defined() ? w.const_data_ptr<scalar_t>() : nullptr,
                   b.defined() ? b.const_data_ptr<scalar_t>() : nullptr, out.mutable_data_ptr<scalar_t>(),
-                  mean.mutable_data_ptr<acc>(), rstd.mutable_data_ptr<acc>(), p.M, p.N, static_cast<acc>(eps));
+                  mean.defined() ? mean.mutable_data_ptr<acc>() : nullptr,  // null: statistics not saved
+                  rstd.defined() ? rstd.mutable_data_ptr<acc>() : nullptr, p.M, p.N, static_cast<acc>(eps));
   });
   wait_if_host(x, done);
-  return {out.view(input.sizes()), mean, rstd};
 }
 
 std::tuple<at::Tensor, at::Tensor, at::Tensor> layer_norm_backward(

@@ -38,5 +38,6 @@ TORCH_LIBRARY_IMPL(xkernels, XPU, m) {
   m.impl("conv2d_backward", &WithDeviceGuard<&entry::conv2d_backward<choose_xpu_backend>>::call);
   m.impl("layer_norm_forward", &WithDeviceGuard<&entry::layer_norm_forward<choose_xpu_backend>>::call);
   m.impl("layer_norm_backward", &WithDeviceGuard<&entry::layer_norm_backward<choose_xpu_backend>>::call);
+  m.impl("layer_norm.out", &WithDeviceGuard<&entry::layer_norm_out<choose_xpu_backend>>::call);
 }
 #endif  // XKERNELS_WITH_XPU

@@ -27,7 +27,7 @@ except ImportError as e:  # pragma: no cover - depends on the installation
 
 __version__ = _C.__version__
 
-from .ops import conv2d, fused_linear_relu, layer_norm  # noqa: E402
+from .ops import conv2d, fused_linear_relu, fused_linear_relu_packed, layer_norm, pack_linear_weight  # noqa: E402
 from .backends import (  # noqa: E402
     BackendUnavailableError,
     backends,
@@ -45,6 +45,8 @@ from .nn import optimize  # noqa: E402
 
 __all__ = [
     "fused_linear_relu",
+    "pack_linear_weight",
+    "fused_linear_relu_packed",
     "conv2d",
     "layer_norm",
     "backends",

@@ -2,7 +2,8 @@
 
 - ``FusedLinearReLU``: relu(linear(x)) in one op. Constructor, parameters, initialization and
   state_dict keys are those of ``torch.nn.Linear`` (a checkpoint of ``Linear`` loads into it
-  and back); the ReLU is part of the module.
+  and back); the ReLU is part of the module. On the SYCL CPU backend, calls that need no
+  gradient reuse a pre-packed copy of the weight (see the class docstring).
 - ``Conv2d`` / ``LayerNorm``: subclasses of ``torch.nn.Conv2d`` / ``torch.nn.LayerNorm`` (same
   constructor, parameters, state_dict, repr; ``isinstance(m, torch.nn.Conv2d)`` holds) whose
   forward runs the xkernels op. Conv2d supports padding_mode='zeros' only (every padding form:
@@ -15,12 +16,14 @@ from __future__ import annotations
 
 import copy
 import math
+import weakref
 from collections.abc import Callable
 
 import torch
 from torch import Tensor, nn
 
-from . import ops
+from . import _C, ops
+from .backends import current_backend
 
 __all__ = ["FusedLinearReLU", "Conv2d", "LayerNorm", "optimize"]
 
@@ -29,9 +32,22 @@ class FusedLinearReLU(nn.Module):
     """relu(x @ weight.T + bias), as ``nn.Sequential(nn.Linear(...), nn.ReLU())`` in one op.
 
     Same arguments, parameters (``weight`` [out_features, in_features], ``bias``
-    [out_features]), initialization and state_dict keys as ``torch.nn.Linear``."""
+    [out_features]), initialization and state_dict keys as ``torch.nn.Linear``.
+
+    Pre-packed weight: when the call runs on the SYCL backend with CPU tensors and needs no
+    gradient (grad mode off, or none of input / weight / bias requires grad), the forward uses
+    ``fused_linear_relu_packed`` with a copy of the weight packed once by ``pack_linear_weight``,
+    instead of letting ``fused_linear_relu`` re-pack it on every call. The copy is cached on the
+    module (not a parameter or buffer: not in ``state_dict``) under the key (weight object, its
+    data_ptr, ``_version``, shape, dtype, device, backend) and rebuilt when any of them changes: an
+    in-place update (``with torch.no_grad(): m.weight.add_(1)``), ``m.weight = Parameter(...)``,
+    ``.to(dtype)``, ``load_state_dict``. Everything else (training, other backends and devices,
+    torch.compile tracing) uses ``fused_linear_relu`` with the parameter itself, so gradients
+    always flow to ``weight``. ``pack_weight = False`` turns the cache off; the cache costs one
+    weight-sized tensor of memory."""
 
     __constants__ = ["in_features", "out_features"]
+    pack_weight: bool = True
 
     def __init__(self, in_features: int, out_features: int, bias: bool = True, device=None, dtype=None) -> None:
         super().__init__()
@@ -63,10 +79,48 @@ class FusedLinearReLU(nn.Module):
         return m
 
     def forward(self, input: Tensor) -> Tensor:
+        packed = self._packed_weight(input)
+        if packed is not None:
+            return ops.fused_linear_relu_packed(input, packed, self.bias, self.out_features)
         return ops.fused_linear_relu(input, self.weight, self.bias)
+
+    def _packed_weight(self, input: Tensor) -> Tensor | None:
+        """The cached packed weight when this call can use it (see the class docstring), else None."""
+        w, b = self.weight, self.bias
+        if not self.pack_weight or torch.compiler.is_compiling():
+            return None
+        if torch.is_grad_enabled() and (w.requires_grad or input.requires_grad or (b is not None and b.requires_grad)):
+            return None
+        if w.device.type != "cpu" or input.device != w.device or input.dtype != w.dtype or w.dim() != 2:
+            return None
+        backend = _cpu_backend(w.dtype)
+        if backend != "sycl":
+            return None
+        key = (w.data_ptr(), w._version, tuple(w.shape), w.dtype, w.device, backend)
+        cached = self.__dict__.get("_packed_cache")
+        if cached is not None and cached[0]() is w and cached[1] == key:
+            return cached[2]
+        with torch.no_grad():
+            packed = ops.pack_linear_weight(w)
+        self.__dict__["_packed_cache"] = (weakref.ref(w), key, packed)
+        return packed
 
     def extra_repr(self) -> str:
         return f"in_features={self.in_features}, out_features={self.out_features}, bias={self.bias is not None}"
+
+
+_SYCL_CPU_OK: dict[torch.dtype, bool] = {}
+
+
+def _cpu_backend(dtype: torch.dtype) -> str:
+    """The backend the CPU chooser (csrc/backend.cpp) picks for `dtype` in this thread: the explicit
+    request, or for 'auto' sycl when the SYCL CPU device runs this dtype, else reference."""
+    requested = current_backend()
+    if requested != "auto":
+        return requested
+    if dtype not in _SYCL_CPU_OK:  # device availability does not change within a process
+        _SYCL_CPU_OK[dtype] = bool(_C.with_sycl) and bool(_C.sycl.cpu_status(str(dtype).replace("torch.", ""))[0])
+    return "sycl" if _SYCL_CPU_OK[dtype] else "reference"
 
 
 def _unsupported_padding_mode(mode: str) -> ValueError:

@@ -34,6 +34,20 @@ def fused_linear_relu(input: Tensor, weight: Tensor, bias: Tensor | None = None)
     return _ops.fused_linear_relu(input, weight, bias)
 
 
+def pack_linear_weight(weight: Tensor) -> Tensor:
+    """`weight` [N, K] packed for fused_linear_relu_packed (CPU tensors): [ceil(N / C), K, C] with
+    C = 64 columns per panel (32 for float64), zero padded — the SYCL CPU GEMM's operand layout,
+    computed once instead of on every call. Not differentiable; a copy, not a view."""
+    return _ops.pack_linear_weight(weight)
+
+
+def fused_linear_relu_packed(input: Tensor, packed_weight: Tensor, bias: Tensor | None, out_features: int) -> Tensor:
+    """fused_linear_relu(input, weight, bias) with ``packed_weight = pack_linear_weight(weight)`` and
+    ``out_features = weight.shape[0]``. CPU tensors, inference only: with grad mode on, arguments that
+    require grad raise (the packed copy is not the parameter; differentiate through fused_linear_relu)."""
+    return _ops.fused_linear_relu_packed(input, packed_weight, bias, out_features)
+
+
 def conv2d(
     input: Tensor,
     weight: Tensor,
@@ -58,10 +72,21 @@ def layer_norm(
     weight: Tensor | None = None,
     bias: Tensor | None = None,
     eps: float = 1e-5,
+    *,
+    out: Tensor | None = None,
 ) -> Tensor:
-    """Same semantics as torch.nn.functional.layer_norm."""
+    """Same semantics as torch.nn.functional.layer_norm.
+
+    With ``out=``, the result is written into `out` and `out` is returned (op ``layer_norm.out``):
+    inference only (no statistics are saved; with grad mode on, arguments that require grad raise, as
+    for torch's out= functions). `out` must have the input's shape, dtype and device (it is not
+    resized), must not have elements sharing memory, and must be the input itself (in place) or share
+    no memory with input, weight and bias. Any strides are accepted; a non-contiguous `out` is filled
+    through a temporary (slower)."""
     if isinstance(normalized_shape, int):
         normalized_shape = [normalized_shape]
+    if out is not None:
+        return _ops.layer_norm.out(input, list(normalized_shape), weight, bias, eps, out=out)
     return _ops.layer_norm(input, list(normalized_shape), weight, bias, eps)
 
 
@@ -134,6 +159,37 @@ def _fused_linear_relu_backward_fake(grad_output, input, weight, output, output_
     gw = weight.new_empty(weight.shape) if output_mask[1] else weight.new_empty((0,))
     gb = weight.new_empty((weight.shape[0],)) if output_mask[2] else weight.new_empty((0,))
     return gi, gw, gb
+
+
+def _pack_columns(dtype: torch.dtype) -> int:
+    return 32 if dtype == torch.float64 else 64  # csrc/include/xkernels/shapes.h: linear_pack_columns
+
+
+@torch.library.register_fake("xkernels::pack_linear_weight")
+def _pack_linear_weight_fake(weight):
+    _check_dtype_supported(weight, "weight", "pack_linear_weight")
+    torch._check(weight.dim() == 2,
+                 lambda: f"xkernels.pack_linear_weight: argument 'weight' must be 2-D, got {weight.dim()}-D")
+    c = _pack_columns(weight.dtype)
+    return weight.new_empty(((weight.shape[0] + c - 1) // c, weight.shape[1], c))
+
+
+@torch.library.register_fake("xkernels::fused_linear_relu_packed")
+def _fused_linear_relu_packed_fake(input, packed_weight, bias, out_features):
+    op = "fused_linear_relu_packed"
+    _check_dtype_supported(input, "input", op)
+    _check_same(packed_weight, "packed_weight", input, "input", op)
+    _check_same(bias, "bias", input, "input", op)
+    torch._check(input.dim() >= 1, lambda: f"xkernels.{op}: argument 'input' must have at least 1 dimension")
+    c = _pack_columns(input.dtype)
+    expected = [(out_features + c - 1) // c, input.shape[-1], c]
+    torch._check(list(packed_weight.shape) == expected,
+                 lambda: f"xkernels.{op}: argument 'packed_weight' has shape {list(packed_weight.shape)} but "
+                 f"pack_linear_weight of a [out_features={out_features}, K={input.shape[-1]}] weight has shape {expected}")
+    if bias is not None:
+        torch._check(list(bias.shape) == [out_features],
+                     lambda: f"xkernels.{op}: argument 'bias' must have shape [{out_features}], got {list(bias.shape)}")
+    return input.new_empty([*input.shape[:-1], out_features])
 
 
 def _conv_problem(input, weight, stride, padding, dilation, groups, op):
@@ -212,6 +268,18 @@ def _layer_norm_forward_fake(input, normalized_shape, weight=None, bias=None, ep
         input.new_empty(stat, dtype=sd),
         input.new_empty(stat, dtype=sd),
     )
+
+
+@torch.library.register_fake("xkernels::layer_norm.out")
+def _layer_norm_out_fake(input, normalized_shape, weight=None, bias=None, eps=1e-5, *, out):
+    _layer_norm_forward_fake(input, normalized_shape, weight, bias, eps)  # the same argument checks
+    _check_same(out, "out", input, "input", "layer_norm")
+    torch._check(
+        out.shape == input.shape,
+        lambda: f"xkernels.layer_norm: argument 'out' must have the input's shape {list(input.shape)}, got "
+        f"{list(out.shape)} (out= tensors are not resized)",
+    )
+    return out  # written in place; no metadata change
 
 
 @torch.library.register_fake("xkernels::layer_norm_backward")

@@ -36,7 +36,8 @@ template <bool kBlockRow> __device__ __forceinline__ int64_t row_step() {
   return kBlockRow ? static_cast<int64_t>(gridDim.x) : static_cast<int64_t>(gridDim.x) * blockDim.y;
 }
 
-// y = (x - mean) * rstd [* w] [+ b]; mean/rstd per row in Acc. w/b may be null.
+// y = (x - mean) * rstd [* w] [+ b]; mean/rstd per row in Acc. w/b may be null, and mean/rstd
+// too (not saved).
 template <typename T, bool kBlockRow>
 __global__ void layer_norm_forward_kernel(const T* __restrict__ x, const T* __restrict__ w, const T* __restrict__ b,
                                           T* __restrict__ y, acc_t<T>* __restrict__ mean, acc_t<T>* __restrict__ rstd,
@@ -57,9 +58,9 @@ __global__ void layer_norm_forward_kernel(const T* __restrict__ x, const T* __re
     }
     const Acc var = row_sum<kBlockRow>(sq, smem) / n_acc;
     const Acc rs = Acc(1) / sqrt(var + eps);
-    if (t == 0) {
-      mean[row] = mu;
-      rstd[row] = rs;
+    if (t == 0) {  // mean / rstd are null when the statistics are not saved (layer_norm.out)
+      if (mean != nullptr) mean[row] = mu;
+      if (rstd != nullptr) rstd[row] = rs;
     }
     T* yr = y + row * N;
     for (int64_t j = t; j < N; j += nt) {

@@ -68,6 +68,35 @@ Grads fused_linear_relu_backward(const at::Tensor& grad_output, const at::Tensor
   XK_CALL_BACKEND(chosen, fused_linear_relu_backward, grad_output, input, weight, output, p, mask);
 }
 
+// Pre-packed weights: CPU key only (reference or SYCL on the CPU device); no CUDA / XPU kernels.
+template <Chooser choose>
+at::Tensor pack_linear_weight(const at::Tensor& weight) {
+  check_pack_linear_weight(weight);
+  const int64_t N = weight.size(0), K = weight.size(1), C = linear_pack_columns(weight.scalar_type());
+  if (N == 0 || K == 0) return at::zeros({ceil_div(N, C), K, C}, weight.options());
+  switch (choose("pack_linear_weight", weight.scalar_type())) {
+    case Backend::Reference: return reference::pack_linear_weight(weight);
+    case Backend::Sycl: XK_IF_SYCL(return sycl_backend::pack_linear_weight(weight));
+    default: TORCH_CHECK(false, "xkernels.pack_linear_weight: only the 'reference' and 'sycl' backends pack weights");
+  }
+}
+
+template <Chooser choose>
+at::Tensor fused_linear_relu_packed(const at::Tensor& input, const at::Tensor& packed_weight,
+                                    const std::optional<at::Tensor>& bias, int64_t out_features) {
+  const LinearProblem p = check_fused_linear_relu_packed(input, packed_weight, bias, out_features);
+  const at::Tensor b = value_or_undefined(bias);
+  if (p.M == 0 || p.N == 0) return at::empty(p.out_sizes, input.options());
+  if (p.K == 0)  // empty reduction: relu(bias) (or 0) in every row, as fused_linear_relu
+    return b.defined() ? b.clamp_min(0).expand(p.out_sizes).contiguous() : at::zeros(p.out_sizes, input.options());
+  switch (choose("fused_linear_relu_packed", input.scalar_type())) {
+    case Backend::Reference: return reference::fused_linear_relu_packed(input, packed_weight, b, p);
+    case Backend::Sycl: XK_IF_SYCL(return sycl_backend::fused_linear_relu_packed(input, packed_weight, b, p));
+    default:
+      TORCH_CHECK(false, "xkernels.fused_linear_relu_packed: only the 'reference' and 'sycl' backends run it");
+  }
+}
+
 // ---------------------------------------------------------------- conv2d
 template <Chooser choose>
 at::Tensor conv2d(const at::Tensor& input, const at::Tensor& weight, const std::optional<at::Tensor>& bias,
@@ -106,6 +135,16 @@ Grads conv2d_backward(const at::Tensor& grad_output, const at::Tensor& input, co
 
 // ---------------------------------------------------------------- layer_norm
 
+// Runs the chosen backend's layer_norm_forward_out (ops.h) on validated, non-empty arguments.
+template <Chooser choose>
+void layer_norm_run_forward(const char* op, const at::Tensor& input, const std::optional<at::Tensor>& weight,
+                            const std::optional<at::Tensor>& bias, double eps, const LayerNormProblem& p,
+                            const at::Tensor& out, const at::Tensor& mean, const at::Tensor& rstd) {
+  const Backend chosen = choose(op, input.scalar_type());
+  XK_CALL_BACKEND(chosen, layer_norm_forward_out, input, value_or_undefined(weight), value_or_undefined(bias), eps, p,
+                  out, mean, rstd);
+}
+
 template <Chooser choose>
 Grads layer_norm_forward(const at::Tensor& input, at::IntArrayRef normalized_shape,
                          const std::optional<at::Tensor>& weight, const std::optional<at::Tensor>& bias, double eps) {
@@ -117,7 +156,35 @@ Grads layer_norm_forward(const at::Tensor& input, at::IntArrayRef normalized_sha
             at::full(p.stat_sizes, std::numeric_limits<double>::quiet_NaN(), stat_opts)};
   }
   const Backend chosen = choose("layer_norm", input.scalar_type());
-  XK_CALL_BACKEND(chosen, layer_norm_forward, input, value_or_undefined(weight), value_or_undefined(bias), eps, p);
+  at::Tensor out, mean, rstd;
+  // The SYCL backend's outputs come from its caching host allocator (csrc/sycl/host_alloc.h).
+  EmptyFn empty = nullptr;
+#ifdef XKERNELS_WITH_SYCL
+  if (chosen == Backend::Sycl) empty = &::xkernels::sycl_backend::empty;
+#endif
+  std::tie(out, mean, rstd) = layer_norm_empty_outputs(input, p, empty);
+  [&] {
+    XK_CALL_BACKEND(chosen, layer_norm_forward_out, input, value_or_undefined(weight), value_or_undefined(bias), eps,
+                    p, out, mean, rstd);
+  }();
+  return {out, mean, rstd};
+}
+
+// layer_norm.out: the output into a caller-provided tensor, no statistics (inference). The Autograd
+// kernel (registration.cpp) has refused arguments that require grad before this runs.
+template <Chooser choose>
+at::Tensor& layer_norm_out(const at::Tensor& input, at::IntArrayRef normalized_shape,
+                           const std::optional<at::Tensor>& weight, const std::optional<at::Tensor>& bias, double eps,
+                           at::Tensor& out) {
+  const LayerNormProblem p = check_layer_norm(input, normalized_shape, weight, bias, eps);
+  check_layer_norm_out(input, weight, bias, out);
+  if (p.M == 0 || p.N == 0) return out;  // nothing to write
+  // A non-contiguous out (strided view, other memory format) is computed densely, then copied in.
+  const bool dense = out.is_contiguous();
+  const at::Tensor target = dense ? out : at::empty(input.sizes(), input.options());
+  layer_norm_run_forward<choose>("layer_norm.out", input, weight, bias, eps, p, target, at::Tensor(), at::Tensor());
+  if (!dense) out.copy_(target);
+  return out;
 }
 
 template <Chooser choose>

@@ -12,8 +12,12 @@
 //    the forward output for the ReLU mask: grad flows where NOT (output <= 0), i.e. also
 //    where the output is NaN, exactly as torch.relu's backward (threshold_backward).
 //  * conv2d: output in p.channels_last memory format, 3-D when !p.batched.
-//  * layer_norm_forward: (output, mean, rstd); mean/rstd have shape p.stat_sizes and the
-//    accumulation dtype (float32 for float16/bfloat16/float32 input, float64 for float64).
+//  * layer_norm_forward_out: writes the output into `out` (dense, contiguous, the input's sizes
+//    and dtype; it may be the input itself — in place — but shares no other memory with the
+//    inputs) and, when defined, the statistics into mean/rstd (p.stat_sizes, contiguous, the
+//    accumulation dtype: float32 for float16/bfloat16/float32 input, float64 for float64).
+//    Undefined mean/rstd (layer_norm.out, inference) are not computed into memory at all.
+//    The entry allocates: layer_norm_forward's (output, mean, rstd) come from layer_norm_empty_outputs.
 #pragma once
 #include <ATen/core/Tensor.h>
 #include <array>
@@ -33,15 +37,27 @@
                                                                  const at::Tensor& input, const at::Tensor& weight, \
                                                                  const ::xkernels::Conv2dProblem& p,               \
                                                                  std::array<bool, 3> mask);                        \
-  std::tuple<at::Tensor, at::Tensor, at::Tensor> layer_norm_forward(                                               \
-      const at::Tensor& input, const at::Tensor& weight, const at::Tensor& bias, double eps,                       \
-      const ::xkernels::LayerNormProblem& p);                                                                      \
+  void layer_norm_forward_out(const at::Tensor& input, const at::Tensor& weight, const at::Tensor& bias,          \
+                              double eps, const ::xkernels::LayerNormProblem& p, const at::Tensor& out,            \
+                              const at::Tensor& mean, const at::Tensor& rstd);                                     \
   std::tuple<at::Tensor, at::Tensor, at::Tensor> layer_norm_backward(                                              \
       const at::Tensor& grad_output, const at::Tensor& input, const at::Tensor& mean, const at::Tensor& rstd,      \
       const at::Tensor& weight, const ::xkernels::LayerNormProblem& p, std::array<bool, 3> mask);
 
+// Pre-packed linear weights (CPU tensors only: the reference and SYCL backends). pack_linear_weight
+// returns the weight [N, K] in the layout of shapes.h (linear_pack_columns); fused_linear_relu_packed
+// is fused_linear_relu with such a weight (p from check_fused_linear_relu_packed).
+#define XK_DECLARE_PACKED_LINEAR_OPS                                                                               \
+  at::Tensor pack_linear_weight(const at::Tensor& weight);                                                        \
+  at::Tensor fused_linear_relu_packed(const at::Tensor& input, const at::Tensor& packed_weight,                    \
+                                      const at::Tensor& bias, const ::xkernels::LinearProblem& p);
+
 namespace xkernels {
-namespace reference { XK_DECLARE_BACKEND_OPS }
-namespace sycl_backend { XK_DECLARE_BACKEND_OPS }
+namespace reference { XK_DECLARE_BACKEND_OPS XK_DECLARE_PACKED_LINEAR_OPS }
+namespace sycl_backend {
+XK_DECLARE_BACKEND_OPS XK_DECLARE_PACKED_LINEAR_OPS
+// at::empty through the SYCL backend's caching host allocator for CPU tensors (csrc/sycl/host_alloc.h).
+at::Tensor empty(at::IntArrayRef sizes, const at::TensorOptions& opts);
+}
 namespace cuda { XK_DECLARE_BACKEND_OPS }
 }  // namespace xkernels

@@ -26,6 +26,15 @@ LinearProblem check_fused_linear_relu(const at::Tensor& input, const at::Tensor&
 LinearProblem check_fused_linear_relu_backward(const at::Tensor& grad_output, const at::Tensor& input,
                                                const at::Tensor& weight, const at::Tensor& output);
 
+// Pre-packed weight (pack_linear_weight): W [N, K] as [ceil(N / C), K, C] contiguous with
+// packed[p][k][c] = W[p * C + c][k] (zero past N), C = linear_pack_columns(dtype) — the column
+// panels of the SYCL CPU GEMM (kernels/fused_linear_relu.hpp, PanelTile::kCols; checked there).
+inline int64_t linear_pack_columns(at::ScalarType t) { return t == at::kDouble ? 32 : 64; }
+void check_pack_linear_weight(const at::Tensor& weight);
+// input [..., K], packed_weight from pack_linear_weight of an [out_features, K] weight, bias [out_features].
+LinearProblem check_fused_linear_relu_packed(const at::Tensor& input, const at::Tensor& packed_weight,
+                                             const std::optional<at::Tensor>& bias, int64_t out_features);
+
 // ---------------------------------------------------------------- conv2d
 // F.conv2d semantics: input [N, C, H, W] or unbatched [C, H, W]; weight [O, C/groups, KH, KW];
 // bias [O]; symmetric padding (the 'same' overload pads the odd remainder first, like aten).
@@ -66,6 +75,12 @@ struct LayerNormProblem {
 LayerNormProblem check_layer_norm(const at::Tensor& input, at::IntArrayRef normalized_shape,
                                   const std::optional<at::Tensor>& weight, const std::optional<at::Tensor>& bias,
                                   double eps);
+// layer_norm.out's `out`: defined, the input's dtype, device and shape (it is never resized: torch.library
+// forbids custom ops to change an argument's metadata, which torch.compile relies on), no element written
+// twice (no internal overlap), and either exactly the input / weight / bias or no memory shared with it.
+// Any strides are accepted (a non-dense out is written through a temporary).
+void check_layer_norm_out(const at::Tensor& input, const std::optional<at::Tensor>& weight,
+                          const std::optional<at::Tensor>& bias, const at::Tensor& out);
 LayerNormProblem check_layer_norm_backward(const at::Tensor& grad_output, const at::Tensor& input,
                                            at::IntArrayRef normalized_shape, const at::Tensor& mean,
                                            const at::Tensor& rstd, const std::optional<at::Tensor>& weight,

@@ -10,7 +10,8 @@
 //                        two-stage reduction: stage 1 sums blocks of rows (one sub-group per
 //                        block) into acc_t partials [blocks, N]; stage 2 sums the partials per
 //                        column (a fixed order: results do not depend on scheduling).
-// Optional tensors (w, b, dw, db) are null pointers when absent.
+// Optional tensors (w, b, dw, db) are null pointers when absent; so are mean/rstd of the forward
+// when the statistics are not saved (a runtime check, not another instantiation).
 #pragma once
 #include "common.hpp"
 
@@ -30,20 +31,45 @@ void layer_norm_fwd(const T* x, const T* w, const T* b, T* y, acc_t<T>* mean, ac
   for (int64_t row = static_cast<int64_t>(it.get_group(0)) * per_group + sg.get_group_linear_id(); row < M;
        row += stride) {
     const T* xr = x + row * N;
-    A s = 0;
-    for (int64_t j = lane; j < N; j += width) s += load(xr, j);
-    const A mu0 = sub_group_sum(sg, s) / static_cast<A>(N);
+    // Every pass: lane reads j0 + lane for a uniform j0 (consecutive lanes, consecutive elements: one
+    // vector load per step on the CPU device, coalesced on GPUs), whole steps without a per-lane
+    // bound check, then one partial step.
+    // The two reductions keep two partial sums per lane (even / odd steps): two independent add
+    // chains instead of one, which roughly halves their time on the CPU device (add latency bound).
+    const int64_t full = N - N % width;
+    const int64_t pairs = full - full % (2 * width);
+    const bool tail = full + lane < N;
+    A s0 = 0, s1 = 0;
+    for (int64_t j0 = 0; j0 < pairs; j0 += 2 * width) {
+      s0 += load(xr, j0 + lane);
+      s1 += load(xr, j0 + width + lane);
+    }
+    if (pairs < full) s0 += load(xr, pairs + lane);
+    if (tail) s1 += load(xr, full + lane);
+    const A mu0 = sub_group_sum(sg, s0 + s1) / static_cast<A>(N);
     // Corrected two-pass statistics (Chan, Golub & LeVeque), as the reference: sum / N rounds,
     // so deviations are taken about mu0 and their mean corrects it. A row of equal values then
     // gets mu == the value exactly and normalizes to exactly 0 (the bias), as in PyTorch.
-    A sd = 0, sq = 0;
-    for (int64_t j = lane; j < N; j += width) {
-      const A d = load(xr, j) - mu0;
-      sd += d;
-      sq += d * d;
+    A sd0 = 0, sq0 = 0, sd1 = 0, sq1 = 0;
+    for (int64_t j0 = 0; j0 < pairs; j0 += 2 * width) {
+      const A d0 = load(xr, j0 + lane) - mu0, d1 = load(xr, j0 + width + lane) - mu0;
+      sd0 += d0;
+      sq0 += d0 * d0;
+      sd1 += d1;
+      sq1 += d1 * d1;
     }
-    sd = sub_group_sum(sg, sd);
-    sq = sub_group_sum(sg, sq);
+    if (pairs < full) {
+      const A d = load(xr, pairs + lane) - mu0;
+      sd0 += d;
+      sq0 += d * d;
+    }
+    if (tail) {
+      const A d = load(xr, full + lane) - mu0;
+      sd1 += d;
+      sq1 += d * d;
+    }
+    const A sd = sub_group_sum(sg, sd0 + sd1);
+    const A sq = sub_group_sum(sg, sq0 + sq1);
     const A mu = mu0 + sd / static_cast<A>(N);
     A var = (sq - sd * (sd / static_cast<A>(N))) / static_cast<A>(N);  // biased, as F.layer_norm
     if (var < A(0)) var = A(0);                                       // rounding; NaN stays NaN
@@ -51,17 +77,20 @@ void layer_norm_fwd(const T* x, const T* w, const T* b, T* y, acc_t<T>* mean, ac
     // into the bias. Like PyTorch and the reference, the row becomes NaN.
     if (sycl::isinf(var)) var = var - var;  // inf - inf: NaN
     const A rs = A(1) / sycl::sqrt(var + eps);
-    if (lane == 0) {
-      mean[row] = mu;
-      rstd[row] = rs;
+    if (lane == 0) {  // null when the statistics are not saved (layer_norm.out, inference)
+      if (mean) mean[row] = mu;
+      if (rstd) rstd[row] = rs;
     }
+    // y may be x itself (layer_norm.out in place): each lane reads element j before writing it.
     T* yr = y + row * N;
-    for (int64_t j = lane; j < N; j += width) {
+    auto out = [&](int64_t j) {
       A v = (load(xr, j) - mu) * rs;
       if (w) v = v * load(w, j);
       if (b) v = v + load(b, j);
       store(yr, j, v);
-    }
+    };
+    for (int64_t j0 = 0; j0 < full; j0 += width) out(j0 + lane);
+    if (tail) out(full + lane);
   }
 }
 
