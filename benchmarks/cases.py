@@ -116,7 +116,7 @@ def linear_module_cases(dtype, ms=(64, 512), nk=1024):
     for m in ms:
         def make(m=m):
             torch.manual_seed(m + nk)
-            mod = xkernels.nn.FusedLinearReLU(nk, nk, dtype=dtype)
+            mod = xkernels.nn.FusedLinearReLU(nk, nk, dtype=dtype, pack_weight=True)  # inference: opted in
             x = torch.randn(m, nk).to(dtype)
             return (mod, x), {}
         out.append(Case("FusedLinearReLU", "fwd", dtype, f"M={m},N=K={nk}", make,

@@ -83,6 +83,13 @@ def _torch_provider() -> Provider:
 
 
 def _compile_provider() -> Provider:
+    # One graph per shape (dynamic=False, as a model with fixed shapes would run). Dynamo recompiles for each new
+    # shape and, past its recompile limit (8 by default), silently runs the function eagerly: the suite's dozens
+    # of shapes per op would then time torch eager under the torch.compile label. So the limit is lifted here.
+    import torch._dynamo.config as dynamo_config
+    for name in ("recompile_limit", "cache_size_limit", "accumulated_recompile_limit", "accumulated_cache_size_limit"):
+        if hasattr(dynamo_config, name):
+            setattr(dynamo_config, name, max(getattr(dynamo_config, name), 4096))
     compiled = {op: torch.compile(f, dynamic=False) for op, f in TORCH_OPS.items()}
     return Provider("torch.compile", lambda op, args, kwargs: compiled[op](*args, **kwargs))
 

@@ -332,7 +332,7 @@ def _expected(m, x):
 
 def test_fused_linear_relu_packed_cache_used_and_invalidated(sycl_backend):
     torch.manual_seed(0)
-    m = xkernels.nn.FusedLinearReLU(40, 130)
+    m = xkernels.nn.FusedLinearReLU(40, 130, pack_weight=True)
     x = torch.randn(100, 40)
     with torch.no_grad():
         y = m(x)
@@ -373,7 +373,7 @@ def test_fused_linear_relu_packed_cache_used_and_invalidated(sycl_backend):
 
 
 def test_fused_linear_relu_packed_not_used_when_grad_needed(sycl_backend):
-    m = xkernels.nn.FusedLinearReLU(16, 8)
+    m = xkernels.nn.FusedLinearReLU(16, 8, pack_weight=True)
     x = torch.randn(4, 16)
     y = m(x)  # grad mode on, parameters require grad: the plain op, gradients reach the parameters
     assert _packed_cache(m) is None
@@ -389,7 +389,7 @@ def test_fused_linear_relu_packed_not_used_when_grad_needed(sycl_backend):
 
 
 def test_fused_linear_relu_packed_only_on_sycl():
-    m = xkernels.nn.FusedLinearReLU(16, 8)
+    m = xkernels.nn.FusedLinearReLU(16, 8, pack_weight=True)
     with xkernels.use_backend("reference"), torch.no_grad():
         with xkernels.dispatch_record() as rec:
             m(torch.randn(4, 16))
@@ -400,3 +400,31 @@ def test_fused_linear_relu_packed_only_on_sycl():
         with xkernels.use_backend("sycl"), torch.no_grad():
             m(torch.randn(4, 16))
         assert _packed_cache(m) is None, "pack_weight=False turns the cache off"
+
+
+def test_fused_linear_relu_packing_is_opt_in_and_data_writes_need_invalidation(sycl_backend):
+    # Off by default: a write through .data bypasses the version counter the cache relies on.
+    m = xkernels.nn.FusedLinearReLU(64, 96)
+    x = torch.randn(128, 64)
+    with torch.no_grad():
+        m(x)
+        assert _packed_cache(m) is None
+        m.weight.data.mul_(2)
+        torch.testing.assert_close(m(x).double(), _expected(m, x), rtol=1e-5, atol=1e-4)
+    # Opted in: the stale case the docstring describes, and the documented remedy.
+    m.pack_weight = True
+    assert "pack_weight=True" in repr(m)
+    with torch.no_grad():
+        m(x)
+        m.weight.data.mul_(2)
+        m.invalidate_packed_weight()
+        assert _packed_cache(m) is None
+        torch.testing.assert_close(m(x).double(), _expected(m, x), rtol=1e-5, atol=1e-4)
+
+
+def test_optimize_pack_weights_flag():
+    model = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.ReLU(), torch.nn.Linear(8, 4), torch.nn.ReLU())
+    assert not any(getattr(m, "pack_weight", False) for m in xkernels.optimize(model).modules())
+    packed = [m for m in xkernels.optimize(model, pack_weights=True).modules()
+              if isinstance(m, xkernels.nn.FusedLinearReLU)]
+    assert len(packed) == 2 and all(m.pack_weight for m in packed)

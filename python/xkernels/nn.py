@@ -2,8 +2,8 @@
 
 - ``FusedLinearReLU``: relu(linear(x)) in one op. Constructor, parameters, initialization and
   state_dict keys are those of ``torch.nn.Linear`` (a checkpoint of ``Linear`` loads into it
-  and back); the ReLU is part of the module. On the SYCL CPU backend, calls that need no
-  gradient reuse a pre-packed copy of the weight (see the class docstring).
+  and back); the ReLU is part of the module. Opt-in (``pack_weight=True``): on the SYCL CPU
+  backend, calls that need no gradient reuse a pre-packed copy of the weight (see the class docstring).
 - ``Conv2d`` / ``LayerNorm``: subclasses of ``torch.nn.Conv2d`` / ``torch.nn.LayerNorm`` (same
   constructor, parameters, state_dict, repr; ``isinstance(m, torch.nn.Conv2d)`` holds) whose
   forward runs the xkernels op. Conv2d supports padding_mode='zeros' only (every padding form:
@@ -34,7 +34,8 @@ class FusedLinearReLU(nn.Module):
     Same arguments, parameters (``weight`` [out_features, in_features], ``bias``
     [out_features]), initialization and state_dict keys as ``torch.nn.Linear``.
 
-    Pre-packed weight: when the call runs on the SYCL backend with CPU tensors and needs no
+    Pre-packed weight (opt-in: ``pack_weight=True`` in the constructor, ``m.pack_weight = True``, or
+    ``xkernels.optimize(model, pack_weights=True)``): when the call runs on the SYCL backend with CPU tensors and needs no
     gradient (grad mode off, or none of input / weight / bias requires grad), the forward uses
     ``fused_linear_relu_packed`` with a copy of the weight packed once by ``pack_linear_weight``,
     instead of letting ``fused_linear_relu`` re-pack it on every call. The copy is cached on the
@@ -43,14 +44,21 @@ class FusedLinearReLU(nn.Module):
     in-place update (``with torch.no_grad(): m.weight.add_(1)``), ``m.weight = Parameter(...)``,
     ``.to(dtype)``, ``load_state_dict``. Everything else (training, other backends and devices,
     torch.compile tracing) uses ``fused_linear_relu`` with the parameter itself, so gradients
-    always flow to ``weight``. ``pack_weight = False`` turns the cache off; the cache costs one
-    weight-sized tensor of memory."""
+    always flow to ``weight``. The cache costs one weight-sized tensor of memory.
+
+    Why opt-in: a change to the weight's values that bypasses autograd's version counter is
+    invisible to the cache and the module would keep computing with the old values. Such changes
+    are writes through ``m.weight.data`` (``m.weight.data.mul_(2)``), through a NumPy array or
+    DLPack capsule sharing the memory, or from C++/another process. After any of those call
+    ``m.invalidate_packed_weight()``. Turn packing on for inference (frozen weights), where it pays."""
 
     __constants__ = ["in_features", "out_features"]
-    pack_weight: bool = True
+    pack_weight: bool = False
 
-    def __init__(self, in_features: int, out_features: int, bias: bool = True, device=None, dtype=None) -> None:
+    def __init__(self, in_features: int, out_features: int, bias: bool = True, device=None, dtype=None, *,
+                 pack_weight: bool = False) -> None:
         super().__init__()
+        self.pack_weight = bool(pack_weight)
         factory = {"device": device, "dtype": dtype}
         self.in_features = in_features
         self.out_features = out_features
@@ -105,8 +113,14 @@ class FusedLinearReLU(nn.Module):
         self.__dict__["_packed_cache"] = (weakref.ref(w), key, packed)
         return packed
 
+    def invalidate_packed_weight(self) -> None:
+        """Drops the packed copy of the weight (rebuilt at the next call that uses it). Needed only after the
+        weight's values changed in a way autograd's version counter does not see (see the class docstring)."""
+        self.__dict__.pop("_packed_cache", None)
+
     def extra_repr(self) -> str:
-        return f"in_features={self.in_features}, out_features={self.out_features}, bias={self.bias is not None}"
+        return (f"in_features={self.in_features}, out_features={self.out_features}, bias={self.bias is not None}"
+                + (", pack_weight=True" if self.pack_weight else ""))
 
 
 _SYCL_CPU_OK: dict[torch.dtype, bool] = {}
@@ -194,7 +208,7 @@ def _shallow_copy(module: nn.Module) -> nn.Module:
 
 
 def optimize(model: nn.Module, inplace: bool = False, *, linear_relu: bool = True, conv2d: bool = True,
-             layer_norm: bool = True, report: list | None = None) -> nn.Module:
+             layer_norm: bool = True, pack_weights: bool = False, report: list | None = None) -> nn.Module:
     """Returns `model` with xkernels modules swapped in:
 
     - ``nn.Linear`` directly followed by ``nn.ReLU`` among the consecutive children of an
@@ -208,6 +222,8 @@ def optimize(model: nn.Module, inplace: bool = False, *, linear_relu: bool = Tru
     ``inplace=False`` (default) the original model's structure is left untouched: containers
     on the path to a replacement are shallow copies. Nested models are handled at any depth.
     If `report` is a list, (qualified name, old class, new class) tuples are appended to it.
+    ``pack_weights=True`` turns on the pre-packed weight of the new ``FusedLinearReLU`` modules (for
+    inference; read its docstring for the one way a packed copy can go stale).
     """
     if not isinstance(model, nn.Module):
         raise TypeError(f"xkernels.optimize: argument 'model' must be a torch.nn.Module, got {type(model).__name__}")
@@ -216,7 +232,7 @@ def optimize(model: nn.Module, inplace: bool = False, *, linear_relu: bool = Tru
     if make is not None:  # the model itself is one replaceable layer
         log.append(("", type(model).__name__, f"xkernels.nn.{type(model).__name__}"))
         return make()
-    return _optimize(model, "", inplace, linear_relu, conv2d, layer_norm, log)
+    return _optimize(model, "", inplace, linear_relu, conv2d, layer_norm, log, pack_weights)
 
 
 def _replacement(child: nn.Module, conv2d: bool, layer_norm: bool) -> Callable[[], nn.Module] | None:
@@ -228,7 +244,7 @@ def _replacement(child: nn.Module, conv2d: bool, layer_norm: bool) -> Callable[[
 
 
 def _optimize(module: nn.Module, prefix: str, inplace: bool, linear_relu: bool, conv2d: bool, layer_norm: bool,
-              log: list) -> nn.Module:
+              log: list, pack_weights: bool = False) -> nn.Module:
     new_children: dict[str, nn.Module] = {}
     names = list(module._modules)
     skip = set()
@@ -240,6 +256,7 @@ def _optimize(module: nn.Module, prefix: str, inplace: bool, linear_relu: bool, 
         if (linear_relu and isinstance(module, nn.Sequential) and type(child) is nn.Linear
                 and i + 1 < len(names) and type(module._modules[names[i + 1]]) is nn.ReLU):
             new_children[name] = FusedLinearReLU.from_linear(child)
+            new_children[name].pack_weight = pack_weights
             relu_name = names[i + 1]
             new_children[relu_name] = nn.Identity()
             skip.add(relu_name)
@@ -251,7 +268,7 @@ def _optimize(module: nn.Module, prefix: str, inplace: bool, linear_relu: bool, 
             new_children[name] = new
             log.append((qual, type(child).__name__, f"xkernels.nn.{type(new).__name__}"))
             continue
-        sub = _optimize(child, qual, inplace, linear_relu, conv2d, layer_norm, log)
+        sub = _optimize(child, qual, inplace, linear_relu, conv2d, layer_norm, log, pack_weights)
         if sub is not child:
             new_children[name] = sub
     if not new_children:
