@@ -11,7 +11,9 @@ The cases cover the kernels' code paths: wide (>= 48 channels per group) and nar
 lanes over groups (depthwise and other many-group, few-channel convolutions),
 channel counts that are not multiples of the lane vectors, pixel counts that are not multiples
 of the pixel tile, taps outside the image (padding), strides (grad_input's exact-division
-taps), dilation, groups and depthwise, NCHW and channels_last input and/or weight, unbatched.
+taps), dilation, groups and depthwise, NCHW and channels_last input and/or weight, unbatched, and both
+work-group orders (channel-major when activations outweigh the weights, as in 3x3_pad1; pixel-major otherwise,
+as in wide_tile and deep_layer_pixel_major).
 The shared backend-parametrized suite (tests/test_conv2d.py) runs on "sycl" as well.
 """
 from __future__ import annotations
@@ -56,6 +58,8 @@ CASES = [
     ("wide_groups", (1, 100, 4, 5), (100, 50, 1, 1), (1, 1), (0, 0), (1, 1), 2),
     ("kernel_covers_input", (2, 3, 4, 5), (4, 3, 4, 5), (1, 1), (0, 0), (1, 1), 1),
     ("padding_larger_than_kernel", (1, 2, 3, 3), (3, 2, 2, 2), (1, 1), (3, 2), (1, 1), 1),
+    # weights outweigh activations: work-groups in pixel-major order (several pixel blocks x 2 channel tiles)
+    ("deep_layer_pixel_major", (2, 8, 5, 6), (32, 8, 3, 3), (1, 1), (1, 1), (1, 1), 1),
 ]
 CASE_IDS = [c[0] for c in CASES]
 

@@ -209,6 +209,10 @@ void run_destination_gemm(sycl::queue& q, const DeviceTraits& traits, const Conv
   const int64_t by_groups = std::max<int64_t>(1, pixel_tiles * other / C::kTargetGroups);
   const int64_t per_group = std::max<int64_t>(1, std::min(by_steps, by_groups));
   tiles = ceil_div(pixel_tiles, per_group) * other;
+  // Work-group order (see conv2d_igemm): keep the weight slice in cache when the weights outweigh the
+  // source activations (deep layers), else the source rows.
+  const int64_t weight_elems = weight.numel(), src_elems = N * Cs * Hs * Ws;
+  const int32_t pixel_major = weight_elems > src_elems ? 1 : 0;
   const sycl::kernel k = get_kernel(q, kConv2dGroup, name);
   // Both kernels take the same arguments (pad: destination channels per group, or groups, padded).
   sycl::event e = launch(q, k, sycl::nd_range<1>(sycl::range<1>(tiles * S), sycl::range<1>(S)),
@@ -216,7 +220,7 @@ void run_destination_gemm(sycl::queue& q, const DeviceTraits& traits, const Conv
                          bias.defined() ? bias.const_data_ptr<scalar_t>() : nullptr, dst.mutable_data_ptr<scalar_t>(),
                          N, Cs, Hs, Ws, src.stride(0), src.stride(1), src.stride(2), src.stride(3), Cd, Hd, Wd, pad,
                          G, p.KH, p.KW, p.stride[0], p.stride[1], p.padding[0], p.padding[1], p.dilation[0],
-                         p.dilation[1], static_cast<int32_t>(transposed ? 1 : 0), per_group);
+                         p.dilation[1], static_cast<int32_t>(transposed ? 1 : 0), per_group, pixel_major);
   wait_if_host(src, e);  // wpk is freed when this returns
 }
 
