@@ -16,6 +16,25 @@ void check_pair(const char* op, const char* arg, at::IntArrayRef v) {
 }  // namespace
 
 // ---------------------------------------------------------------- fused_linear_relu
+// The rows, sizes and bias check shared by the linear ops: input [..., K] -> output [..., N].
+static LinearProblem linear_problem(const char* op, const at::Tensor& input, int64_t K, int64_t N,
+                                    const std::optional<at::Tensor>& bias, const char* n_is) {
+  LinearProblem p;
+  p.K = K;
+  p.N = N;
+  if (present(bias)) {
+    XK_CHECK_VALUE(bias->dim() == 1 && bias->size(0) == p.N, op, "argument 'bias' must have shape [", p.N, "] (",
+                   n_is, "), got ", bias->sizes());
+  }
+  p.M = 1;
+  for (int64_t d = 0; d + 1 < input.dim(); ++d) {
+    p.M *= input.size(d);
+    p.out_sizes.push_back(input.size(d));
+  }
+  p.out_sizes.push_back(p.N);
+  return p;
+}
+
 LinearProblem check_fused_linear_relu(const at::Tensor& input, const at::Tensor& weight,
                                       const std::optional<at::Tensor>& bias) {
   const char* op = "fused_linear_relu";
@@ -29,20 +48,7 @@ LinearProblem check_fused_linear_relu(const at::Tensor& input, const at::Tensor&
   const int64_t K = input.size(-1);
   XK_CHECK_VALUE(weight.size(1) == K, op, "argument 'weight' has shape ", weight.sizes(),
                  " but input's last dimension is K=", K, "; weight must be [N, K=", K, "]");
-  LinearProblem p;
-  p.K = K;
-  p.N = weight.size(0);
-  if (present(bias)) {
-    XK_CHECK_VALUE(bias->dim() == 1 && bias->size(0) == p.N, op, "argument 'bias' must have shape [", p.N,
-                   "] (N = weight.size(0)), got ", bias->sizes());
-  }
-  p.M = 1;
-  for (int64_t d = 0; d + 1 < input.dim(); ++d) {
-    p.M *= input.size(d);
-    p.out_sizes.push_back(input.size(d));
-  }
-  p.out_sizes.push_back(p.N);
-  return p;
+  return linear_problem(op, input, K, weight.size(0), bias, "N = weight.size(0)");
 }
 
 LinearProblem check_fused_linear_relu_backward(const at::Tensor& grad_output, const at::Tensor& input,
@@ -85,20 +91,7 @@ LinearProblem check_fused_linear_relu_packed(const at::Tensor& input, const at::
                  "] weight has shape ", at::IntArrayRef(expected));
   XK_CHECK_VALUE(packed_weight.is_contiguous(), op, "argument 'packed_weight' must be contiguous (as "
                  "pack_linear_weight returns it), got strides ", packed_weight.strides());
-  LinearProblem p;
-  p.K = K;
-  p.N = out_features;
-  if (present(bias)) {
-    XK_CHECK_VALUE(bias->dim() == 1 && bias->size(0) == p.N, op, "argument 'bias' must have shape [", p.N,
-                   "] (out_features), got ", bias->sizes());
-  }
-  p.M = 1;
-  for (int64_t d = 0; d + 1 < input.dim(); ++d) {
-    p.M *= input.size(d);
-    p.out_sizes.push_back(input.size(d));
-  }
-  p.out_sizes.push_back(p.N);
-  return p;
+  return linear_problem(op, input, K, out_features, bias, "out_features");
 }
 
 // ---------------------------------------------------------------- conv2d
