@@ -110,3 +110,30 @@ def test_bad_setting_names_the_variable():
                    env=child_env(XKERNELS_HOST_CACHE_MB="lots"))
     assert r.returncode != 0
     assert "XKERNELS_HOST_CACHE_MB" in r.stderr and "'lots'" in r.stderr
+
+
+_PHASES = """
+import json, torch, xkernels
+with xkernels.use_backend("sycl"):
+    # phase 1 fills the 64 MiB pool with 16 MiB blocks; phase 2 repeats a 24 MiB output
+    phase1 = [xkernels.layer_norm(torch.randn(4096, 1024), [1024]) for _ in range(4)]
+    del phase1
+    x = torch.randn(6144, 1024)
+    before = xkernels.info()["sycl"]["host_cache"]
+    for _ in range(10):
+        y = xkernels.layer_norm(x, [1024])
+        del y
+    after = xkernels.info()["sycl"]["host_cache"]
+print(json.dumps({"before": before, "after": after}))
+"""
+
+
+def test_newer_sizes_evict_older_ones():
+    # The bound must not keep an earlier phase's sizes forever: the released 24 MiB block evicts the least
+    # recently released 16 MiB ones, so the later calls are served from the pool.
+    r = run_python(_PHASES, env=child_env(XKERNELS_HOST_CACHE_MB=64))
+    assert r.returncode == 0, describe_result(r)
+    out = json.loads(r.stdout.strip().splitlines()[-1])
+    hits = out["after"]["hits"] - out["before"]["hits"]
+    assert hits >= 9, out  # every call after the first reuses the block
+    assert out["after"]["cached_bytes"] <= 64 << 20

@@ -11,6 +11,8 @@
 #include <map>
 #include <mutex>
 #include <string>
+#include <vector>
+#include <cstdint>
 
 namespace xkernels::sycl_backend {
 namespace {
@@ -49,7 +51,7 @@ class Pool {
     }
     ++hits_;
     *got = it->first;
-    void* p = it->second;
+    void* p = it->second.ptr;
     cached_ -= it->first;
     in_use_ += it->first;
     free_.erase(it);
@@ -59,26 +61,40 @@ class Pool {
     std::lock_guard<std::mutex> lock(mu_);
     in_use_ += size;
   }
+  // Keeps the released block, evicting the least recently released ones if the bound needs it: the sizes a
+  // program uses now are the ones it will ask for next (a bound that dropped the newest blocks instead kept
+  // an earlier phase's sizes forever and made every later allocation a fresh, page-faulting one).
   void give(void* p, size_t size) {
+    std::vector<void*> evicted;
+    bool keep = false;
     {
       std::lock_guard<std::mutex> lock(mu_);
       in_use_ -= size;
-      if (cached_ + size <= limit_) {
-        free_.emplace(size, p);
+      if (size <= limit_) {
+        while (cached_ + size > limit_) {
+          auto oldest = free_.begin();
+          for (auto it = free_.begin(); it != free_.end(); ++it)
+            if (it->second.stamp < oldest->second.stamp) oldest = it;
+          evicted.push_back(oldest->second.ptr);
+          cached_ -= oldest->first;
+          free_.erase(oldest);
+        }
+        free_.emplace(size, Entry{p, ++clock_});
         cached_ += size;
-        return;
+        keep = true;
       }
     }
-    std::free(p);
+    for (void* e : evicted) std::free(e);
+    if (!keep) std::free(p);
   }
   void clear() {
-    std::multimap<size_t, void*> drop;
+    std::multimap<size_t, Entry> drop;
     {
       std::lock_guard<std::mutex> lock(mu_);
       drop.swap(free_);
       cached_ = 0;
     }
-    for (auto& [size, p] : drop) std::free(p);
+    for (auto& [size, e] : drop) std::free(e.ptr);
   }
   HostCacheStats stats() {
     std::lock_guard<std::mutex> lock(mu_);
@@ -94,10 +110,15 @@ class Pool {
   size_t limit() const { return limit_; }
 
  private:
+  struct Entry {
+    void* ptr;
+    uint64_t stamp;  // release order, for eviction
+  };
   std::mutex mu_;
   const size_t limit_;
-  std::multimap<size_t, void*> free_;
+  std::multimap<size_t, Entry> free_;
   size_t cached_ = 0, in_use_ = 0, hits_ = 0, misses_ = 0;
+  uint64_t clock_ = 0;
 };
 
 Pool& pool() {

@@ -8,8 +8,9 @@
 // Policy: requests of at least 1 MiB are rounded up to 2 MiB multiples, allocated 2 MiB-aligned and marked
 // MADV_HUGEPAGE (first touch then faults 2 MiB at a time where transparent huge pages are enabled), and on
 // release kept in a pool for the next request of that size (or up to 25 % smaller), up to a bound:
-// XKERNELS_HOST_CACHE_MB (default 512; 0 turns caching off; read when the allocator is first used). What
-// does not fit is freed at once. Smaller requests go to torch's default CPU allocator. Tensors made this
+// XKERNELS_HOST_CACHE_MB (default 512; 0 turns caching off; read when the allocator is first used). When a
+// released block does not fit, the least recently released blocks are freed to make room. Smaller requests
+// go to torch's default CPU allocator. Tensors made this
 // way are ordinary CPU tensors (resizable; their storage's allocator is this one).
 //
 // Safe to reuse at release: for CPU tensors every SYCL op waits for its kernels before returning, so no
