@@ -15,9 +15,9 @@ import os
 
 from hypothesis import HealthCheck, Phase, settings
 
-# Examples per (test, backend). test_fuzz.py has 3 property tests (one per op, forward and
-# backward checked in every example), so the nightly profile runs 3 x 3000 = 9000 examples per
-# backend, and ci runs 3 x FUZZ_EXAMPLES["ci"].
+# Examples per (test, backend). test_fuzz.py has 5 property tests: one per op (forward and backward
+# checked in every example) plus layer_norm(out=) and the pre-packed linear (CPU backends), so the nightly
+# profile runs 5 x 3000 = 15000 examples per CPU backend, and ci runs 5 x FUZZ_EXAMPLES["ci"].
 FUZZ_EXAMPLES = {"ci": 300, "nightly": 3000, "dev": 10}
 
 _common = dict(

@@ -202,6 +202,41 @@ def test_fused_linear_relu_fuzz(backend, case: LinearCase):
         assert_within(f"fused_linear_relu {name}", got, e.reshape(ref_shape), bound.reshape(ref_shape), ctx)
 
 
+CPU_BACKENDS = ("reference", "sycl")  # where pre-packed weights and their ops exist
+
+
+@pytest.mark.parametrize("backend", [p for p in backend_params() if p.values[0] in CPU_BACKENDS])
+@settings(max_examples=examples())
+@given(case=linear_cases())
+def test_fused_linear_relu_packed_fuzz(backend, case: LinearCase):
+    """pack_linear_weight + fused_linear_relu_packed (inference): the same bound as the op, from weights of
+    any layout (results are not assumed bit-identical to the op: it may run another kernel)."""
+    require_op(backend, "fused_linear_relu")
+    assume(supports(backend, case.dtype))
+    dt, K, N = case.dtype, case.K, case.N
+    gen = torch.Generator().manual_seed(case.seed)
+    lay = case.layouts
+    x64 = effective_values(make_values((*case.lead, K), case.mode, dt, gen, shift=2.0), lay[0])
+    w64 = effective_values(make_values((N, K), case.mode, dt, gen, shift=-1.0), lay[1])
+    b64 = effective_values(make_values((N,), case.mode, dt, gen, shift=0.5), lay[2]) if case.has_bias else None
+    assume(finite_inputs_ok(x64, w64, b64))
+    with on_backend(backend) as dev, torch.no_grad():
+        x = place(x64.to(dt), lay[0], dev)
+        w = place(w64.to(dt), lay[1], dev)
+        b = place(b64.to(dt), lay[2], dev) if case.has_bias else None
+        packed = xkernels.pack_linear_weight(w)
+        out = xkernels.fused_linear_relu_packed(x, packed, b, N)
+    ctx = f"{case}"
+    assert out.dtype == dt and tuple(out.shape) == (*case.lead, N) and out.is_contiguous(), ctx
+    bz = b64 if b64 is not None else torch.zeros(N, dtype=torch.float64)
+    y64 = torch.relu(F.linear(x64, w64, bz))
+    yabs = F.linear(x64.abs(), w64.abs(), bz.abs())
+    bound = 2 * u_out(dt) * y64.abs() + SAFETY * (K + 2) * u_acc(dt) * yabs + torch.finfo(dt).tiny
+    assert_within("fused_linear_relu_packed output", out, y64, bound, ctx)
+    if case.mode == "ints" and 9 * K + 3 <= EXACT_INT_LIMIT[dt]:
+        assert torch.equal(out.double(), y64), f"small-integer result not exact. {ctx}"
+
+
 # ============================================================================ conv2d
 
 
@@ -515,3 +550,42 @@ def test_layer_norm_fuzz(backend, case: LayerNormCase):
             e = torch.zeros(got.shape, dtype=torch.float64)
         assert got.dtype == dt and got.shape == e.shape, f"{names[idx]} {got.dtype} {got.shape}. {ctx}"
         assert_within(f"layer_norm {names[idx]}", got, e, bounds[idx] + torch.finfo(dt).tiny, ctx)
+
+
+@pytest.mark.parametrize("backend", backend_params())
+@settings(max_examples=examples())
+@given(case=layer_norm_cases(), out_layout=st.sampled_from(["contiguous", "transposed", "offset", "in_place"]))
+def test_layer_norm_out_fuzz(backend, case: LayerNormCase, out_layout: str):
+    """layer_norm(..., out=): the forward bound of the functional op, into contiguous, strided, offset or
+    in-place (out is the input) outputs."""
+    require_op(backend, "layer_norm")
+    assume(supports(backend, case.dtype))
+    dt, nd = case.dtype, len(case.norm)
+    gen = torch.Generator().manual_seed(case.seed)
+    shape = (*case.lead, *case.norm)
+    lay = case.layouts
+    pmode = "normal" if case.mode != "ints" else "ints"
+    x64 = effective_values(make_values(shape, case.mode, dt, gen, shift=case.shift), lay[0])
+    w64 = effective_values(make_values(case.norm, pmode, dt, gen, shift=1.0), lay[1]) if case.has_weight else None
+    b64 = effective_values(make_values(case.norm, pmode, dt, gen), lay[2]) if case.has_bias else None
+    assume(finite_inputs_ok(x64, w64, b64))
+    with on_backend(backend) as dev, torch.no_grad():
+        x = place(x64.to(dt), lay[0], dev)
+        w = place(w64.to(dt), lay[1], dev) if case.has_weight else None
+        b = place(b64.to(dt), lay[2], dev) if case.has_bias else None
+        if out_layout == "in_place":
+            x = x64.to(dt).to(dev).clone()  # a fresh dense input (never x64 itself), written over
+            out = x
+        elif out_layout == "transposed" and len(shape) >= 2:
+            out = torch.empty(tuple(reversed(shape)), dtype=dt, device=dev).permute(*reversed(range(len(shape))))
+        elif out_layout == "offset":
+            out = torch.empty(x64.numel() + 3, dtype=dt, device=dev)[3:].view(shape)
+        else:
+            out = torch.empty(shape, dtype=dt, device=dev)
+        res = xkernels.layer_norm(x, list(case.norm), w, b, case.eps, out=out)
+    ctx = f"{case} out={out_layout}"
+    assert res is out and tuple(out.shape) == shape and out.dtype == dt, ctx
+    y64 = F.layer_norm(x64, list(case.norm), w64, b64, case.eps)
+    fwd_b, _, _, _ = _layer_norm_bounds(x64, w64, b64, None, case.eps, nd, dt)
+    if out.numel():
+        assert_within("layer_norm out=", out, y64, fwd_b + torch.finfo(dt).tiny, ctx)
