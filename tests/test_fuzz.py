@@ -138,6 +138,18 @@ def linear_cases(draw):
                       draw(st.integers(0, 2**31 - 1)))
 
 
+def _linear_values(case: LinearCase):
+    """Float64 values of (input, weight, bias or None, grad_output) for a linear case, as placed."""
+    dt, K, N, lay = case.dtype, case.K, case.N, case.layouts
+    gen = torch.Generator().manual_seed(case.seed)
+    x64 = effective_values(make_values((*case.lead, K), case.mode, dt, gen, shift=2.0), lay[0])
+    w64 = effective_values(make_values((N, K), case.mode, dt, gen, shift=-1.0), lay[1])
+    b64 = effective_values(make_values((N,), case.mode, dt, gen, shift=0.5), lay[2]) if case.has_bias else None
+    dy64 = effective_values(make_values((*case.lead, N), "normal" if case.mode != "ints" else "ints", dt, gen),
+                            lay[3])
+    return x64, w64, b64, dy64
+
+
 @pytest.mark.parametrize("backend", backend_params())
 @settings(max_examples=examples())
 @given(case=linear_cases())
@@ -145,13 +157,7 @@ def test_fused_linear_relu_fuzz(backend, case: LinearCase):
     require_op(backend, "fused_linear_relu")
     assume(supports(backend, case.dtype))
     dt, K, N = case.dtype, case.K, case.N
-    gen = torch.Generator().manual_seed(case.seed)
-    lay = case.layouts
-    x64 = effective_values(make_values((*case.lead, K), case.mode, dt, gen, shift=2.0), lay[0])
-    w64 = effective_values(make_values((N, K), case.mode, dt, gen, shift=-1.0), lay[1])
-    b64 = effective_values(make_values((N,), case.mode, dt, gen, shift=0.5), lay[2]) if case.has_bias else None
-    dy64 = effective_values(make_values((*case.lead, N), "normal" if case.mode != "ints" else "ints", dt, gen),
-                            lay[3])
+    x64, w64, b64, dy64 = _linear_values(case)
     assume(finite_inputs_ok(x64, w64, b64))
     with on_backend(backend) as dev:
         x = leaf(place(x64.to(dt), case.layouts[0], dev), case.grads[0])
@@ -214,11 +220,8 @@ def test_fused_linear_relu_packed_fuzz(backend, case: LinearCase):
     require_op(backend, "fused_linear_relu")
     assume(supports(backend, case.dtype))
     dt, K, N = case.dtype, case.K, case.N
-    gen = torch.Generator().manual_seed(case.seed)
     lay = case.layouts
-    x64 = effective_values(make_values((*case.lead, K), case.mode, dt, gen, shift=2.0), lay[0])
-    w64 = effective_values(make_values((N, K), case.mode, dt, gen, shift=-1.0), lay[1])
-    b64 = effective_values(make_values((N,), case.mode, dt, gen, shift=0.5), lay[2]) if case.has_bias else None
+    x64, w64, b64, _ = _linear_values(case)
     assume(finite_inputs_ok(x64, w64, b64))
     with on_backend(backend) as dev, torch.no_grad():
         x = place(x64.to(dt), lay[0], dev)
@@ -504,6 +507,19 @@ def _layer_norm_bounds(x64, w64, b64, dy64, eps, nd, dt):
     return fwd, gin, gw, gb
 
 
+def _layer_norm_values(case: LayerNormCase):
+    """Float64 values of (input, weight or None, bias or None, grad_output) for a layer_norm case, as placed."""
+    dt, lay = case.dtype, case.layouts
+    gen = torch.Generator().manual_seed(case.seed)
+    shape = (*case.lead, *case.norm)
+    pmode = "normal" if case.mode != "ints" else "ints"
+    x64 = effective_values(make_values(shape, case.mode, dt, gen, shift=case.shift), lay[0])
+    w64 = effective_values(make_values(case.norm, pmode, dt, gen, shift=1.0), lay[1]) if case.has_weight else None
+    b64 = effective_values(make_values(case.norm, pmode, dt, gen), lay[2]) if case.has_bias else None
+    dy64 = effective_values(make_values(shape, "normal", dt, gen), lay[3])
+    return x64, w64, b64, dy64
+
+
 @pytest.mark.parametrize("backend", backend_params())
 @settings(max_examples=examples())
 @given(case=layer_norm_cases())
@@ -511,14 +527,8 @@ def test_layer_norm_fuzz(backend, case: LayerNormCase):
     require_op(backend, "layer_norm")
     assume(supports(backend, case.dtype))
     dt, nd = case.dtype, len(case.norm)
-    gen = torch.Generator().manual_seed(case.seed)
     shape = (*case.lead, *case.norm)
-    lay = case.layouts
-    pmode = "normal" if case.mode != "ints" else "ints"
-    x64 = effective_values(make_values(shape, case.mode, dt, gen, shift=case.shift), lay[0])
-    w64 = effective_values(make_values(case.norm, pmode, dt, gen, shift=1.0), lay[1]) if case.has_weight else None
-    b64 = effective_values(make_values(case.norm, pmode, dt, gen), lay[2]) if case.has_bias else None
-    dy64 = effective_values(make_values(shape, "normal", dt, gen), lay[3])
+    x64, w64, b64, dy64 = _layer_norm_values(case)
     assume(finite_inputs_ok(x64, w64, b64))
     with on_backend(backend) as dev:
         x = leaf(place(x64.to(dt), case.layouts[0], dev), case.grads[0])
@@ -567,13 +577,9 @@ def test_layer_norm_out_fuzz(backend, case: LayerNormCase, out_layout: str):
     require_op(backend, "layer_norm")
     assume(supports(backend, case.dtype))
     dt, nd = case.dtype, len(case.norm)
-    gen = torch.Generator().manual_seed(case.seed)
     shape = (*case.lead, *case.norm)
     lay = case.layouts
-    pmode = "normal" if case.mode != "ints" else "ints"
-    x64 = effective_values(make_values(shape, case.mode, dt, gen, shift=case.shift), lay[0])
-    w64 = effective_values(make_values(case.norm, pmode, dt, gen, shift=1.0), lay[1]) if case.has_weight else None
-    b64 = effective_values(make_values(case.norm, pmode, dt, gen), lay[2]) if case.has_bias else None
+    x64, w64, b64, _ = _layer_norm_values(case)
     assume(finite_inputs_ok(x64, w64, b64))
     with on_backend(backend) as dev, torch.no_grad():
         x = place(x64.to(dt), lay[0], dev)
