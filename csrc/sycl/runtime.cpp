@@ -256,6 +256,23 @@ std::string sycl_device_uuid(const sycl::device& d) {
   }
 }
 
+// The registry's CUDA device that is torch's cuda:<index> (provider_choice::match_cuda_device: by UUID, else
+// ordinal), or nullptr with *error set. The hooks may throw (torch cannot initialise CUDA).
+const DeviceRecord* torch_cuda_device_record(int index, const CudaDeviceHooks& h, std::string* error) {
+  std::string torch_uuid;
+  unsigned char raw[16];
+  if (h.uuid && h.uuid(index, raw)) torch_uuid = pc::uuid_hex(raw);
+  const auto recs = cuda_records();
+  std::vector<pc::CudaSyclDevice> candidates;
+  for (const DeviceRecord* rec : recs) candidates.push_back({rec->usable, rec->unusable_reason, sycl_device_uuid(rec->device)});
+  const pc::CudaDeviceMatch m = pc::match_cuda_device(index, torch_uuid, candidates);
+  if (m.index < 0) {
+    *error = m.error;
+    return nullptr;
+  }
+  return recs[static_cast<size_t>(m.index)];
+}
+
 // The SYCL device (and its context) for torch's cuda:<index>; matched once per index.
 struct CudaTarget {
   sycl::device device;
@@ -267,23 +284,11 @@ const CudaTarget& cuda_target(int index, const char* who) {
   std::lock_guard<std::mutex> lock(mu);
   auto& slot = (*targets)[index];
   if (slot) return *slot;
-  const CudaDeviceHooks h = cuda_hooks();
-  std::string torch_uuid;
-  unsigned char raw[16];
-  if (h.uuid && h.uuid(index, raw)) torch_uuid = pc::uuid_hex(raw);
-  const auto recs = cuda_records();
-  std::vector<pc::CudaSyclDevice> candidates;
-  for (const DeviceRecord* rec : recs) {
-    pc::CudaSyclDevice c;
-    c.usable = rec->usable;
-    c.unusable_reason = rec->unusable_reason;
-    c.uuid = sycl_device_uuid(rec->device);
-    candidates.push_back(std::move(c));
-  }
-  const pc::CudaDeviceMatch m = pc::match_cuda_device(index, torch_uuid, candidates);
-  TORCH_CHECK(m.index >= 0, "xkernels: ", who, ": the SYCL backend cannot run on cuda:", index, ": ", m.error,
+  std::string error;
+  const DeviceRecord* rec = torch_cuda_device_record(index, cuda_hooks(), &error);
+  TORCH_CHECK(rec != nullptr, "xkernels: ", who, ": the SYCL backend cannot run on cuda:", index, ": ", error,
               registry().error.empty() ? "" : " (" + registry().error + ")");
-  const sycl::device& d = recs[static_cast<size_t>(m.index)]->device;
+  const sycl::device& d = rec->device;
   // The platform's default context: the CUDA adapter's contexts use the device's primary CUDA context,
   // the one torch allocates in, so torch's device pointers are valid in SYCL kernels.
   slot = std::make_unique<CudaTarget>(CudaTarget{d, d.get_platform().khr_get_default_context()});
@@ -295,11 +300,7 @@ const CudaTarget& cuda_target(int index, const char* who) {
 std::map<const DeviceRecord*, std::pair<int, int>> torch_compute_capabilities() {
   std::map<const DeviceRecord*, std::pair<int, int>> out;
   const CudaDeviceHooks h = cuda_hooks();
-  if (!h.device_count || !h.compute_capability) return out;
-  const auto recs = cuda_records();
-  if (recs.empty()) return out;
-  std::vector<pc::CudaSyclDevice> candidates;
-  for (const DeviceRecord* rec : recs) candidates.push_back({rec->usable, rec->unusable_reason, sycl_device_uuid(rec->device)});
+  if (!h.device_count || !h.compute_capability || cuda_records().empty()) return out;
   int n = 0;
   try {
     n = h.device_count();
@@ -307,17 +308,14 @@ std::map<const DeviceRecord*, std::pair<int, int>> torch_compute_capabilities() 
     return out;  // torch cannot initialise CUDA: nothing to add
   }
   for (int i = 0; i < n; ++i) {
-    std::string uuid;
-    unsigned char raw[16];
-    int major = 0, minor = 0;
     try {
-      if (h.uuid && h.uuid(i, raw)) uuid = pc::uuid_hex(raw);
+      int major = 0, minor = 0;
+      std::string error;
       if (!h.compute_capability(i, &major, &minor)) continue;
+      if (const DeviceRecord* rec = torch_cuda_device_record(i, h, &error)) out[rec] = {major, minor};
     } catch (const std::exception&) {
       continue;
     }
-    const pc::CudaDeviceMatch m = pc::match_cuda_device(i, uuid, candidates);
-    if (m.index >= 0) out[recs[static_cast<size_t>(m.index)]] = {major, minor};
   }
   return out;
 }

@@ -135,12 +135,20 @@ Grads conv2d_backward(const at::Tensor& grad_output, const at::Tensor& input, co
 
 // ---------------------------------------------------------------- layer_norm
 
-// Runs the chosen backend's layer_norm_forward_out (ops.h) on validated, non-empty arguments.
-template <Chooser choose>
-void layer_norm_run_forward(const char* op, const at::Tensor& input, const std::optional<at::Tensor>& weight,
-                            const std::optional<at::Tensor>& bias, double eps, const LayerNormProblem& p,
-                            const at::Tensor& out, const at::Tensor& mean, const at::Tensor& rstd) {
-  const Backend chosen = choose(op, input.scalar_type());
+// How backend `b` allocates its outputs: the SYCL backend's CPU outputs come from its caching host
+// allocator (csrc/sycl/host_alloc.h), every other backend's from at::empty.
+inline EmptyFn empty_for(Backend b) {
+#ifdef XKERNELS_WITH_SYCL
+  if (b == Backend::Sycl) return &::xkernels::sycl_backend::empty;
+#endif
+  (void)b;
+  return [](at::IntArrayRef sizes, const at::TensorOptions& opts) { return at::empty(sizes, opts); };
+}
+
+// Runs backend `chosen`'s layer_norm_forward_out (ops.h) on validated, non-empty arguments.
+inline void layer_norm_run_forward(Backend chosen, const at::Tensor& input, const std::optional<at::Tensor>& weight,
+                                   const std::optional<at::Tensor>& bias, double eps, const LayerNormProblem& p,
+                                   const at::Tensor& out, const at::Tensor& mean, const at::Tensor& rstd) {
   XK_CALL_BACKEND(chosen, layer_norm_forward_out, input, value_or_undefined(weight), value_or_undefined(bias), eps, p,
                   out, mean, rstd);
 }
@@ -157,16 +165,8 @@ Grads layer_norm_forward(const at::Tensor& input, at::IntArrayRef normalized_sha
   }
   const Backend chosen = choose("layer_norm", input.scalar_type());
   at::Tensor out, mean, rstd;
-  // The SYCL backend's outputs come from its caching host allocator (csrc/sycl/host_alloc.h).
-  EmptyFn empty = nullptr;
-#ifdef XKERNELS_WITH_SYCL
-  if (chosen == Backend::Sycl) empty = &::xkernels::sycl_backend::empty;
-#endif
-  std::tie(out, mean, rstd) = layer_norm_empty_outputs(input, p, empty);
-  [&] {
-    XK_CALL_BACKEND(chosen, layer_norm_forward_out, input, value_or_undefined(weight), value_or_undefined(bias), eps,
-                    p, out, mean, rstd);
-  }();
+  std::tie(out, mean, rstd) = layer_norm_empty_outputs(input, p, empty_for(chosen));
+  layer_norm_run_forward(chosen, input, weight, bias, eps, p, out, mean, rstd);
   return {out, mean, rstd};
 }
 
@@ -179,10 +179,11 @@ at::Tensor& layer_norm_out(const at::Tensor& input, at::IntArrayRef normalized_s
   const LayerNormProblem p = check_layer_norm(input, normalized_shape, weight, bias, eps);
   check_layer_norm_out(input, weight, bias, out);
   if (p.M == 0 || p.N == 0) return out;  // nothing to write
+  const Backend chosen = choose("layer_norm.out", input.scalar_type());
   // A non-contiguous out (strided view, other memory format) is computed densely, then copied in.
   const bool dense = out.is_contiguous();
-  const at::Tensor target = dense ? out : at::empty(input.sizes(), input.options());
-  layer_norm_run_forward<choose>("layer_norm.out", input, weight, bias, eps, p, target, at::Tensor(), at::Tensor());
+  const at::Tensor target = dense ? out : empty_for(chosen)(input.sizes(), input.options());
+  layer_norm_run_forward(chosen, input, weight, bias, eps, p, target, at::Tensor(), at::Tensor());
   if (!dense) out.copy_(target);
   return out;
 }
