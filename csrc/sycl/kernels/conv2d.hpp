@@ -34,6 +34,55 @@
 
 namespace xk {
 
+// ------------------------------------------------------------------ shared by the destination-pixel GEMMs
+// The R destination pixels m0 .. m0+R-1 of a tile as (image, row, column), uniform across the sub-group:
+// one division, then stepping along the rows. Pixels past M repeat the last one (computed, not stored).
+template <int R>
+inline void tile_pixels(int64_t m0, int64_t M, int64_t Hd, int64_t Wd, int64_t (&pn)[R], int64_t (&py)[R],
+                        int64_t (&px)[R]) {
+  const int64_t HWd = Hd * Wd;
+  int64_t n = m0 / HWd;
+  const int64_t rem = m0 - n * HWd;
+  int64_t y = rem / Wd, x = rem - y * Wd;
+#pragma unroll
+  for (int r = 0; r < R; ++r) {
+    pn[r] = n;
+    py[r] = y;
+    px[r] = x;
+    if (m0 + r + 1 < M && ++x == Wd) {
+      x = 0;
+      if (++y == Hd) {
+        y = 0;
+        ++n;
+      }
+    }
+  }
+}
+
+// The source pixel (sy, sx) destination pixel (y, x) reads at tap (kh, kw); false when it is outside the
+// source. Forward: src = input. Transposed (grad_input, src = grad_output): the tap exists only where the
+// division by the stride is exact; unit strides skip the (slow, per pixel and tap) integer divisions.
+inline bool source_tap(int32_t transposed, int64_t y, int64_t x, int64_t kh, int64_t kw, int64_t Hs, int64_t Ws,
+                       int64_t sh, int64_t sw, int64_t ph, int64_t pw, int64_t dh, int64_t dw, int64_t& sy,
+                       int64_t& sx) {
+  if (!transposed) {
+    sy = y * sh - ph + kh * dh;
+    sx = x * sw - pw + kw * dw;
+    return sy >= 0 && sy < Hs && sx >= 0 && sx < Ws;
+  }
+  const int64_t ty = y + ph - kh * dh, tx = x + pw - kw * dw;
+  sy = sh == 1 ? ty : ty / sh;
+  sx = sw == 1 ? tx : tx / sw;
+  return ty >= 0 && tx >= 0 && sy < Hs && sx < Ws && (sh == 1 || sy * sh == ty) && (sw == 1 || sx * sw == tx);
+}
+
+// Element offset of destination pixel m = (n, y, x), channel ch, in dst [N, Cd, Hd, Wd] (DST_CL: channels_last).
+template <bool DST_CL>
+inline int64_t dst_offset(int64_t m, int64_t n, int64_t ch, int64_t y, int64_t x, int64_t Cd, int64_t HWd,
+                          int64_t Wd) {
+  return DST_CL ? m * Cd + ch : (n * Cd + ch) * HWd + y * Wd + x;
+}
+
 // ------------------------------------------------------------------ destination-pixel GEMM
 // Template parameters: T element type; DST_CL: dst is channels_last (NHWC memory), else NCHW;
 // S sub-group size; R pixels and Q channel vectors per work-group (see above).
@@ -85,27 +134,8 @@ XK_ND_KERNEL(1)
     const int64_t m0 = (pblock * tiles_per_group + pt) * R;
     if (m0 >= M) break;
 
-    // Destination pixels of this tile (uniform): one division, then stepping along the rows.
-    // Pixels past the end repeat the last one (computed, not stored).
     int64_t pn[R], py[R], px[R];
-    {
-      int64_t n = m0 / HWd;
-      const int64_t rem = m0 - n * HWd;
-      int64_t y = rem / Wd, x = rem - y * Wd;
-#pragma unroll
-      for (int r = 0; r < R; ++r) {
-        pn[r] = n;
-        py[r] = y;
-        px[r] = x;
-        if (m0 + r + 1 < M && ++x == Wd) {
-          x = 0;
-          if (++y == Hd) {
-            y = 0;
-            ++n;
-          }
-        }
-      }
-    }
+    tile_pixels<R>(m0, M, Hd, Wd, pn, py, px);
 
     A acc[R][Q];
 #pragma unroll
@@ -127,19 +157,7 @@ XK_ND_KERNEL(1)
 #pragma unroll
         for (int r = 0; r < R; ++r) {
           int64_t sy, sx;
-          bool valid;
-          if (!transposed) {
-            sy = py[r] * sh - ph + kh * dh;
-            sx = px[r] * sw - pw + kw * dw;
-            valid = sy >= 0 && sy < Hs && sx >= 0 && sx < Ws;
-          } else {
-            // Unit strides skip the (slow, per pixel and tap) integer divisions.
-            const int64_t ty = py[r] + ph - kh * dh, tx = px[r] + pw - kw * dw;
-            sy = sh == 1 ? ty : ty / sh;
-            sx = sw == 1 ? tx : tx / sw;
-            valid = ty >= 0 && tx >= 0 && sy < Hs && sx < Ws && (sh == 1 || sy * sh == ty) &&
-                    (sw == 1 || sx * sw == tx);
-          }
+          const bool valid = source_tap(transposed, py[r], px[r], kh, kw, Hs, Ws, sh, sw, ph, pw, dh, dw, sy, sx);
           sp[r] = valid ? src + pn[r] * sN + sy * sH + sx * sW + g * Csg * sC : zero;
           cs[r] = valid ? sC : 0;
           skip[r] = transposed && !valid;
@@ -170,7 +188,7 @@ XK_ND_KERNEL(1)
 #pragma unroll
         for (int r = 0; r < R; ++r) {
           if (m0 + r < M) {
-            const int64_t o = DST_CL ? (m0 + r) * Cd + ch : (pn[r] * Cd + ch) * HWd + py[r] * Wd + px[r];
+            const int64_t o = dst_offset<DST_CL>(m0 + r, pn[r], ch, py[r], px[r], Cd, HWd, Wd);
             store<T>(dst, o, acc[r][q] + b);
           }
         }
@@ -214,24 +232,7 @@ XK_ND_KERNEL(1)
     if (m0 >= M) break;
 
     int64_t pn[R], py[R], px[R];
-    {
-      int64_t n = m0 / HWd;
-      const int64_t rem = m0 - n * HWd;
-      int64_t y = rem / Wd, x = rem - y * Wd;
-#pragma unroll
-      for (int r = 0; r < R; ++r) {
-        pn[r] = n;
-        py[r] = y;
-        px[r] = x;
-        if (m0 + r + 1 < M && ++x == Wd) {
-          x = 0;
-          if (++y == Hd) {
-            y = 0;
-            ++n;
-          }
-        }
-      }
-    }
+    tile_pixels<R>(m0, M, Hd, Wd, pn, py, px);
 
     A acc[R];
 #pragma unroll
@@ -246,19 +247,7 @@ XK_ND_KERNEL(1)
 #pragma unroll
         for (int r = 0; r < R; ++r) {
           int64_t sy, sx;
-          bool valid;
-          if (!transposed) {
-            sy = py[r] * sh - ph + kh * dh;
-            sx = px[r] * sw - pw + kw * dw;
-            valid = sy >= 0 && sy < Hs && sx >= 0 && sx < Ws;
-          } else {
-            // Unit strides skip the (slow, per pixel and tap) integer divisions.
-            const int64_t ty = py[r] + ph - kh * dh, tx = px[r] + pw - kw * dw;
-            sy = sh == 1 ? ty : ty / sh;
-            sx = sw == 1 ? tx : tx / sw;
-            valid = ty >= 0 && tx >= 0 && sy < Hs && sx < Ws && (sh == 1 || sy * sh == ty) &&
-                    (sw == 1 || sx * sw == tx);
-          }
+          const bool valid = source_tap(transposed, py[r], px[r], kh, kw, Hs, Ws, sh, sw, ph, pw, dh, dw, sy, sx);
           ok[r] = valid;
           off[r] = valid ? pn[r] * sN + sy * sH + sx * sW : 0;
         }
@@ -283,7 +272,7 @@ XK_ND_KERNEL(1)
 #pragma unroll
       for (int r = 0; r < R; ++r) {
         if (m0 + r < M) {
-          const int64_t o = DST_CL ? (m0 + r) * Cd + ch : (pn[r] * Cd + ch) * HWd + py[r] * Wd + px[r];
+          const int64_t o = dst_offset<DST_CL>(m0 + r, pn[r], ch, py[r], px[r], Cd, HWd, Wd);
           store<T>(dst, o, acc[r] + b);
         }
       }
