@@ -150,6 +150,18 @@ def _linear_values(case: LinearCase):
     return x64, w64, b64, dy64
 
 
+def _check_linear_output(what, out, x64, w64, b64, case: LinearCase, ctx: str) -> None:
+    """relu(x @ w.T + b) within the rounding + accumulation bound; exact for small integers when representable."""
+    dt, K, N = case.dtype, case.K, case.N
+    bz = b64 if b64 is not None else torch.zeros(N, dtype=torch.float64)
+    y64 = torch.relu(F.linear(x64, w64, bz))
+    yabs = F.linear(x64.abs(), w64.abs(), bz.abs())
+    bound = 2 * u_out(dt) * y64.abs() + SAFETY * (K + 2) * u_acc(dt) * yabs + torch.finfo(dt).tiny
+    assert_within(what, out, y64, bound, ctx)
+    if case.mode == "ints" and 9 * K + 3 <= EXACT_INT_LIMIT[dt]:
+        assert torch.equal(out.detach().cpu().double(), y64), f"small-integer result not exact. {ctx}"
+
+
 @pytest.mark.parametrize("backend", backend_params())
 @settings(max_examples=examples())
 @given(case=linear_cases())
@@ -174,13 +186,7 @@ def test_fused_linear_relu_fuzz(backend, case: LinearCase):
     assert out.is_contiguous(), ctx
 
     # forward: relu(x @ w.T + b) and the same on absolute values for the accumulation bound
-    bz = b64 if b64 is not None else torch.zeros(N, dtype=torch.float64)
-    y64 = torch.relu(F.linear(x64, w64, bz))
-    yabs = F.linear(x64.abs(), w64.abs(), bz.abs())
-    bound = 2 * u_out(dt) * y64.abs() + SAFETY * (K + 2) * u_acc(dt) * yabs + torch.finfo(dt).tiny
-    assert_within("fused_linear_relu output", out, y64, bound, ctx)
-    if case.mode == "ints" and 9 * K + 3 <= EXACT_INT_LIMIT[dt]:
-        assert torch.equal(out.detach().cpu().double(), y64), f"small-integer result not exact. {ctx}"
+    _check_linear_output("fused_linear_relu output", out, x64, w64, b64, case, ctx)
 
     if not wanted:
         return
@@ -231,13 +237,7 @@ def test_fused_linear_relu_packed_fuzz(backend, case: LinearCase):
         out = xkernels.fused_linear_relu_packed(x, packed, b, N)
     ctx = f"{case}"
     assert out.dtype == dt and tuple(out.shape) == (*case.lead, N) and out.is_contiguous(), ctx
-    bz = b64 if b64 is not None else torch.zeros(N, dtype=torch.float64)
-    y64 = torch.relu(F.linear(x64, w64, bz))
-    yabs = F.linear(x64.abs(), w64.abs(), bz.abs())
-    bound = 2 * u_out(dt) * y64.abs() + SAFETY * (K + 2) * u_acc(dt) * yabs + torch.finfo(dt).tiny
-    assert_within("fused_linear_relu_packed output", out, y64, bound, ctx)
-    if case.mode == "ints" and 9 * K + 3 <= EXACT_INT_LIMIT[dt]:
-        assert torch.equal(out.double(), y64), f"small-integer result not exact. {ctx}"
+    _check_linear_output("fused_linear_relu_packed output", out, x64, w64, b64, case, ctx)
 
 
 # ============================================================================ conv2d

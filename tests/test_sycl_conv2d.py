@@ -133,17 +133,25 @@ def _assert_parity(actual, reference, dtype, what):
                                msg=lambda m: f"{what} (sycl vs reference, {dtype}):\n{m}")
 
 
-@pytest.mark.parametrize("dtype", DTYPES, ids=[str(d).replace("torch.", "") for d in DTYPES])
-@pytest.mark.parametrize("layout", LAYOUTS, ids=LAYOUT_IDS)
-@pytest.mark.parametrize("case", CASES, ids=CASE_IDS)
-def test_forward_backward_vs_float64_and_reference(case, layout, dtype):
-    name, xs, ws, stride, padding, dilation, groups = case
+def _random_problem(case, layout, dtype):
+    """Random inputs of `case` in `layout` and `dtype`, a grad_output in the output's layout, and the float64
+    oracle's output and gradients."""
+    _name, xs, ws, stride, padding, dilation, groups = case
     x = _layout(_randn(xs, dtype), layout[0])
     w = _layout(_randn(ws, dtype), layout[1])
     b = _randn((ws[0],), dtype)
     out_shape = F.conv2d(x.double(), w.double(), None, stride, padding, dilation, groups).shape
     grad_out = _layout(_randn(out_shape, dtype), layout[0] or layout[1])
     exp_out, exp_grads = _oracle(x, w, b, stride, padding, dilation, groups, grad_out)
+    return x, w, b, grad_out, exp_out, exp_grads
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=[str(d).replace("torch.", "") for d in DTYPES])
+@pytest.mark.parametrize("layout", LAYOUTS, ids=LAYOUT_IDS)
+@pytest.mark.parametrize("case", CASES, ids=CASE_IDS)
+def test_forward_backward_vs_float64_and_reference(case, layout, dtype):
+    name, xs, ws, stride, padding, dilation, groups = case
+    x, w, b, grad_out, exp_out, exp_grads = _random_problem(case, layout, dtype)
 
     out, grads = _run("sycl", x, w, b, stride, padding, dilation, groups, grad_out)
     assert_close(out, exp_out, dtype, f"{name}: output")
@@ -180,12 +188,7 @@ def test_small_integers_exact(case, layout):
 @pytest.mark.parametrize("case", MANY_PIXEL_CASES, ids=[c[0] for c in MANY_PIXEL_CASES])
 def test_many_pixels_vs_float64(case, layout, dtype):
     name, xs, ws, stride, padding, dilation, groups = case
-    x = _layout(_randn(xs, dtype), layout[0])
-    w = _layout(_randn(ws, dtype), layout[1])
-    b = _randn((ws[0],), dtype)
-    out_shape = F.conv2d(x.double(), w.double(), None, stride, padding, dilation, groups).shape
-    grad_out = _layout(_randn(out_shape, dtype), layout[0] or layout[1])
-    exp_out, exp_grads = _oracle(x, w, b, stride, padding, dilation, groups, grad_out)
+    x, w, b, grad_out, exp_out, exp_grads = _random_problem(case, layout, dtype)
     out, grads = _run("sycl", x, w, b, stride, padding, dilation, groups, grad_out)
     assert_close(out, exp_out, dtype, f"{name}: output")  # reductions of <= 9 terms
     assert_close(grads[0], exp_grads[0], dtype, f"{name}: grad_input")
