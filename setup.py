@@ -3,6 +3,8 @@
 Configuration comes from the environment (all optional):
   XKERNELS_SYCL=auto|on|off   SYCL backend (auto: on when the SYCL runtime headers are installed)
   XKERNELS_CUDA=auto|on|off   native CUDA backend (auto: nvcc found AND torch built with CUDA)
+  XKERNELS_ACPP=auto|on|off   acpp conformance backend: the kernels compiled by AdaptiveCpp (auto: acpp found
+                              as $ACPP_ROOT/bin/acpp or on PATH)
   XKERNELS_BUILD_TYPE=Release|Debug|RelWithDebInfo
   XKERNELS_SANITIZE=address,undefined   sanitizer test build
   XKERNELS_SYCL_AOT=auto|on|off        kernels compiled ahead of time by icpx when ONEAPI_ROOT is set or
@@ -55,6 +57,8 @@ class CMakeBuild(build_ext):
             f"-DXKERNELS_SYCL={os.environ.get('XKERNELS_SYCL', 'auto').upper()}",
             f"-DXKERNELS_SYCL_ROOT={_sycl_prefix()}",
             f"-DXKERNELS_CUDA={os.environ.get('XKERNELS_CUDA', 'auto').upper()}",
+            f"-DXKERNELS_ACPP={os.environ.get('XKERNELS_ACPP', 'auto').upper()}",
+            f"-DXKERNELS_ACPP_ROOT={os.environ.get('ACPP_ROOT', '')}",
             f"-DXKERNELS_TORCH_CUDA_VERSION={torch.version.cuda or ''}",
             f"-DXKERNELS_TORCH_XPU={'ON' if getattr(torch.version, 'xpu', None) else 'OFF'}",
             f"-DXKERNELS_SANITIZE={os.environ.get('XKERNELS_SANITIZE', '')}",

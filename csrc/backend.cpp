@@ -19,6 +19,7 @@ const char* backend_name(Backend b) {
     case Backend::Reference: return "reference";
     case Backend::Sycl: return "sycl";
     case Backend::Cuda: return "cuda";
+    case Backend::Acpp: return "acpp";
   }
   return "?";
 }
@@ -30,7 +31,9 @@ Backend parse_backend(const std::string& name, const char* what) {
   if (s == "reference" || s == "ref") return Backend::Reference;
   if (s == "sycl") return Backend::Sycl;
   if (s == "cuda") return Backend::Cuda;
-  TORCH_CHECK_VALUE(false, "xkernels: ", what, " must be one of 'auto', 'reference', 'sycl', 'cuda', got '", name, "'");
+  if (s == "acpp") return Backend::Acpp;
+  TORCH_CHECK_VALUE(false, "xkernels: ", what, " must be one of 'auto', 'reference', 'sycl', 'cuda', 'acpp', got '",
+                    name, "'");
 }
 
 namespace {
@@ -62,6 +65,15 @@ bool sycl_cpu_available(at::ScalarType, std::string* why_not) {
 }
 #endif
 
+#ifndef XKERNELS_WITH_ACPP
+bool acpp_cpu_available(std::string* why_not) {
+  if (why_not)
+    *why_not = "xkernels was built without the acpp backend (AdaptiveCpp's acpp was not found at build time; "
+               "set ACPP_ROOT or put acpp on PATH and rebuild, see README)";
+  return false;
+}
+#endif
+
 Backend choose_cpu_backend(const char* op, at::ScalarType dtype) {
   const Backend req = requested_backend();
   const c10::Device cpu(c10::kCPU);
@@ -75,6 +87,13 @@ Backend choose_cpu_backend(const char* op, at::ScalarType dtype) {
                   ": backend 'sycl' was requested for a CPU tensor of dtype ", dtype, " but is unavailable: ", why);
       if (dispatch_record_enabled()) record_dispatch(op, Backend::Sycl, cpu, "");
       return Backend::Sycl;
+    }
+    case Backend::Acpp: {
+      std::string why;
+      TORCH_CHECK(acpp_cpu_available(&why), "xkernels.", op,
+                  ": backend 'acpp' was requested for a CPU tensor but is unavailable: ", why);
+      if (dispatch_record_enabled()) record_dispatch(op, Backend::Acpp, cpu, "");
+      return Backend::Acpp;
     }
     case Backend::Cuda:
       TORCH_CHECK(false, "xkernels.", op,

@@ -26,6 +26,16 @@ PYBIND11_MODULE(_C, m) {
 #else
   m.attr("with_sycl") = false;
 #endif
+#ifdef XKERNELS_WITH_ACPP
+  m.attr("with_acpp") = true;
+#else
+  m.attr("with_acpp") = false;
+#endif
+  m.def("acpp_status", [] {
+    std::string why;
+    const bool ok = acpp_cpu_available(&why);
+    return py::make_tuple(ok, why);
+  }, "(available, reason) of the acpp backend (AdaptiveCpp's ahead-of-time kernels) for CPU tensors.");
 #ifdef XKERNELS_WITH_CUDA
   m.attr("with_cuda") = true;
 #else

@@ -15,7 +15,7 @@
 #include <string>
 
 #include "sycl/host_alloc.h"
-#include "sycl/runtime.h"
+#include "sycl/launch.h"
 #include "xkernels/checks.h"
 #include "xkernels/dispatch.h"
 #include "xkernels/ops.h"
@@ -74,13 +74,31 @@ struct Conv2dConfig {
 };
 
 
-// Sub-group size for element type `dtype` on a device: the preferred size when the device
-// supports it, else the device's largest (every kernel is instantiated per size).
-int64_t lanes_for(const DeviceTraits& t, bool fp64) {
-  const int64_t want = fp64 ? Conv2dConfig::kPreferredLanesFp64 : Conv2dConfig::kPreferredLanes;
-  const auto& s = t.sub_group_sizes;
-  if (s.empty() || std::find(s.begin(), s.end(), static_cast<size_t>(want)) != s.end()) return want;
-  return static_cast<int64_t>(*std::max_element(s.begin(), s.end()));
+// Lane width (the kernels' template S) for element type T on the launcher's device: the preferred
+// width where the device has that sub-group size, else 32 (conv2d_kernels in kernels/conv2d.hpp
+// instantiates exactly these). The ahead-of-time (acpp) kernels' lanes are work-items, not SIMD lanes,
+// so any width runs there: the preferred one.
+template <typename T> int64_t lanes_for(const Launcher& L) {
+  const int64_t want =
+      std::is_same_v<T, double> ? Conv2dConfig::kPreferredLanesFp64 : Conv2dConfig::kPreferredLanes;
+  const auto& s = L.traits().sub_group_sizes;
+  if (L.is_acpp() || std::find(s.begin(), s.end(), static_cast<size_t>(want)) != s.end()) return want;
+  return 32;
+}
+
+// Calls f(std::integral_constant<int, S>) for the lane width S (one the table has for element type T).
+template <typename T, int S, typename F> bool call_with_lanes(int64_t s, F& f) {
+  if constexpr (xk::has_type<xk::lane_types<S>, T>::value) {
+    if (s == S) {
+      f(std::integral_constant<int, S>{});
+      return true;
+    }
+  }
+  return false;
+}
+template <typename T, typename F> void with_lanes(int64_t S, F&& f) {
+  const bool done = call_with_lanes<T, 8>(S, f) || call_with_lanes<T, 16>(S, f) || call_with_lanes<T, 32>(S, f);
+  TORCH_CHECK(done, "xkernels.conv2d: the kernel table has no lane width ", S, " for this element type");
 }
 
 struct Tile {
@@ -91,51 +109,13 @@ Tile igemm_tile(int64_t channels_per_group) {
                                                               : Tile{Conv2dConfig::kNarrowR, Conv2dConfig::kNarrowQ};
 }
 
-std::string igemm_name(const char* type, bool dst_cl, int64_t S, Tile t) {
-  return std::string("xk::conv2d_igemm<") + type + ", " + (dst_cl ? "true" : "false") + ", " + std::to_string(S) +
-         ", " + std::to_string(t.R) + ", " + std::to_string(t.Q) + ">";
+// Calls f(R, Q) with the tile as std::integral_constant<int, ...> values (the table's two tiles).
+template <typename F> void with_tile(Tile t, F&& f) {
+  using C = Conv2dConfig;
+  if (t.R == C::kWideR && t.Q == C::kWideQ)
+    return f(std::integral_constant<int, C::kWideR>{}, std::integral_constant<int, C::kWideQ>{});
+  f(std::integral_constant<int, C::kNarrowR>{}, std::integral_constant<int, C::kNarrowQ>{});
 }
-std::string igemm_groups_name(const char* type, bool dst_cl, int64_t S) {
-  return std::string("xk::conv2d_igemm_groups<") + type + ", " + (dst_cl ? "true" : "false") + ", " +
-         std::to_string(S) + ", " + std::to_string(Conv2dConfig::kGroupsR) + ">";
-}
-std::string grad_weight_name(const char* type, int64_t S, Tile t) {
-  return std::string("xk::conv2d_grad_weight<") + type + ", " + std::to_string(S) + ", " + std::to_string(t.R) +
-         ", " + std::to_string(t.Q) + ">";
-}
-std::string grad_weight_groups_name(const char* type, int64_t S) {
-  return std::string("xk::conv2d_grad_weight_groups<") + type + ", " + std::to_string(S) + ", " +
-         std::to_string(Conv2dConfig::kGradWeightGroupsR) + ">";
-}
-std::string grad_bias_name(const char* type, int64_t S) {
-  return std::string("xk::conv2d_grad_bias<") + type + ", " + std::to_string(S) + ">";
-}
-std::string reduce_name(const char* type) { return std::string("xk::conv2d_reduce_splits<") + type + ">"; }
-
-std::vector<std::string> conv2d_kernel_names(const DeviceTraits& t) {
-  std::vector<std::string> out;
-  auto add = [&](const char* type, bool fp64) {
-    const int64_t S = lanes_for(t, fp64);
-    for (Tile tile : {Tile{Conv2dConfig::kWideR, Conv2dConfig::kWideQ},
-                      Tile{Conv2dConfig::kNarrowR, Conv2dConfig::kNarrowQ}}) {
-      out.push_back(igemm_name(type, true, S, tile));
-      out.push_back(igemm_name(type, false, S, tile));
-      out.push_back(grad_weight_name(type, S, tile));
-    }
-    out.push_back(igemm_groups_name(type, true, S));
-    out.push_back(igemm_groups_name(type, false, S));
-    out.push_back(grad_weight_groups_name(type, S));
-    out.push_back(grad_bias_name(type, S));
-    out.push_back(reduce_name(type));
-  };
-  add(kernel_type_name<float>(), false);
-  add(kernel_type_name<sycl::ext::oneapi::bfloat16>(), false);
-  if (t.fp16) add(kernel_type_name<sycl::half>(), false);
-  if (t.fp64) add(kernel_type_name<double>(), true);
-  return out;
-}
-
-const KernelGroup& kConv2dGroup = register_kernel_group({"conv2d.hpp", conv2d_kernel_names});
 
 // `t` (4-D, or 3-D unbatched) as a 4-D view.
 at::Tensor as_4d(const at::Tensor& t) { return t.dim() == 3 ? t.unsqueeze(0) : t; }
@@ -175,53 +155,83 @@ bool group_lanes_pay(int64_t S, int64_t G, int64_t dst_pg) {
 // (transposed: src = grad_output, dst = grad_input, no bias). Picks lanes over channels
 // (conv2d_igemm, wide or narrow tile) or over groups (conv2d_igemm_groups), packs the weight
 // for it, launches and (CPU tensors) waits.
-template <typename scalar_t>
-void run_destination_gemm(sycl::queue& q, const DeviceTraits& traits, const Conv2dProblem& p, const at::Tensor& src,
-                          const at::Tensor& weight, const at::Tensor& bias, at::Tensor& dst, bool transposed) {
-  const int64_t S = lanes_for(traits, std::is_same_v<scalar_t, double>);
-  const char* type = kernel_type_name<scalar_t>();
+template <typename T>
+void run_destination_gemm(Launcher& L, const Conv2dProblem& p, const at::Tensor& src, const at::Tensor& weight,
+                          const at::Tensor& bias, at::Tensor& dst, bool transposed) {
+  const int64_t S = lanes_for<T>(L);
   const int64_t G = p.groups;
   const int64_t dst_pg = transposed ? p.C_per_group() : p.O_per_group();
   const int64_t N = src.size(0), Cs = src.size(1), Hs = src.size(2), Ws = src.size(3);
   const int64_t Cd = dst.size(1), Hd = dst.size(2), Wd = dst.size(3);
   const int64_t M = N * Hd * Wd;
+  const bool groups = group_lanes_pay(S, G, dst_pg);
+  const Tile tile = igemm_tile(dst_pg);
   at::Tensor wpk;
-  std::string name;
-  int64_t pad = 0, tiles = 0;
+  int64_t pad = 0;
   int64_t pixel_tiles = 0, other = 0;  // work-groups = ceil(pixel_tiles / per_group) * other
-  if (group_lanes_pay(S, G, dst_pg)) {
+  if (groups) {
     pad = ceil_div(G, S) * S;
     wpk = pack_weight_groups(weight, p, transposed, pad);
     pixel_tiles = ceil_div(M, Conv2dConfig::kGroupsR);
     other = dst_pg * (pad / S);
-    name = igemm_groups_name(type, p.channels_last, S);
   } else {
-    const Tile tile = igemm_tile(dst_pg);
     pad = ceil_div(dst_pg, S * tile.Q) * S * tile.Q;
     wpk = pack_weight(weight, p, transposed, pad);
     pixel_tiles = ceil_div(M, tile.R);
     other = G * (pad / (S * tile.Q));
-    name = igemm_name(type, p.channels_last, S, tile);
   }
   using C = Conv2dConfig;
   const int64_t steps = (Cs / G) * p.KH * p.KW;  // reduction steps per tile
   const int64_t by_steps = std::min(C::kMaxTilesPerGroup, ceil_div(C::kMinStepsPerGroup, steps));
   const int64_t by_groups = std::max<int64_t>(1, pixel_tiles * other / C::kTargetGroups);
   const int64_t per_group = std::max<int64_t>(1, std::min(by_steps, by_groups));
-  tiles = ceil_div(pixel_tiles, per_group) * other;
+  const int64_t tiles = ceil_div(pixel_tiles, per_group) * other;
   // Work-group order (see conv2d_igemm): keep the weight slice in cache when the weights outweigh the
   // source activations (deep layers), else the source rows.
   const int64_t weight_elems = weight.numel(), src_elems = N * Cs * Hs * Ws;
   const int32_t pixel_major = weight_elems > src_elems ? 1 : 0;
-  const sycl::kernel k = get_kernel(q, kConv2dGroup, name);
-  // Both kernels take the same arguments (pad: destination channels per group, or groups, padded).
-  sycl::event e = launch(q, k, sycl::nd_range<1>(sycl::range<1>(tiles * S), sycl::range<1>(S)),
-                         src.const_data_ptr<scalar_t>(), wpk.const_data_ptr<scalar_t>(),
-                         bias.defined() ? bias.const_data_ptr<scalar_t>() : nullptr, dst.mutable_data_ptr<scalar_t>(),
-                         N, Cs, Hs, Ws, src.stride(0), src.stride(1), src.stride(2), src.stride(3), Cd, Hd, Wd, pad,
-                         G, p.KH, p.KW, p.stride[0], p.stride[1], p.padding[0], p.padding[1], p.dilation[0],
-                         p.dilation[1], static_cast<int32_t>(transposed ? 1 : 0), per_group, pixel_major);
-  wait_if_host(src, e);  // wpk is freed when this returns
+  const sycl::nd_range<1> range(sycl::range<1>(tiles * S), sycl::range<1>(S));
+  // Both kernels take the same parameters (pad: destination channels per group, or groups, padded).
+  auto fill = [&](auto& q) {
+    q.src = cptr<T>(src);
+    q.wpk = cptr<T>(wpk);
+    q.bias = cptr_or_null<T>(bias);
+    q.dst = mptr<T>(dst);
+    q.N = N, q.Cs = Cs, q.Hs = Hs, q.Ws = Ws;
+    q.sN = src.stride(0), q.sC = src.stride(1), q.sH = src.stride(2), q.sW = src.stride(3);
+    q.Cd = Cd, q.Hd = Hd, q.Wd = Wd, q.G = G, q.KH = p.KH, q.KW = p.KW;
+    q.sh = p.stride[0], q.sw = p.stride[1], q.ph = p.padding[0], q.pw = p.padding[1];
+    q.dh = p.dilation[0], q.dw = p.dilation[1];
+    q.transposed = transposed ? 1 : 0;
+    q.tiles_per_group = per_group;
+    q.pixel_major = pixel_major;
+  };
+  with_lanes<T>(S, [&](auto S_) {
+    constexpr int SL = decltype(S_)::value;
+    auto launch_cl = [&](auto DST_CL) {
+      constexpr bool CL = decltype(DST_CL)::value;
+      if (groups) {
+        using K = xk::conv2d_igemm_groups<CL, SL, Conv2dConfig::kGroupsR>;
+        typename K::template params<T> q{};
+        fill(q);
+        q.G_pad = pad;
+        L.launch<K, T>(range, q);
+      } else {
+        with_tile(tile, [&](auto R, auto Q) {
+          using K = xk::conv2d_igemm<CL, SL, decltype(R)::value, decltype(Q)::value>;
+          typename K::template params<T> q{};
+          fill(q);
+          q.Cd_pad = pad;
+          L.launch<K, T>(range, q);
+        });
+      }
+    };
+    if (p.channels_last)
+      launch_cl(std::true_type{});
+    else
+      launch_cl(std::false_type{});
+  });
+  L.finish(src);  // wpk is freed when this returns
 }
 
 // Number of pixel splits for a reduction over M pixels with `tiles` work-groups per split
@@ -234,52 +244,56 @@ int64_t pixel_splits(int64_t M, int64_t tiles, int64_t packed) {
 }
 
 // Sums `splits` partials part[s, packed] into dst (weight-gradient order, see the kernel).
-template <typename scalar_t>
-sycl::event launch_reduce(sycl::queue& q, const DeviceTraits& traits, const at::Tensor& part, at::Tensor& dst,
-                          int64_t G, int64_t Opg, int64_t Opg_pad, int64_t Cpg, int64_t KH, int64_t KW, bool dst_cl) {
-  using acc = acc_t<scalar_t>;
+template <typename T>
+void launch_reduce(Launcher& L, const at::Tensor& part, at::Tensor& dst, int64_t G, int64_t Opg, int64_t Opg_pad,
+                   int64_t Cpg, int64_t KH, int64_t KW, bool dst_cl) {
+  using acc = xk::acc_t<T>;
   const int64_t total = dst.numel();
-  const int64_t local = std::min<int64_t>(Conv2dConfig::kReduceLocal, static_cast<int64_t>(traits.max_work_group_size));
-  const sycl::kernel k = get_kernel(q, kConv2dGroup, reduce_name(kernel_type_name<scalar_t>()));
-  return launch(q, k, sycl::nd_range<1>(sycl::range<1>(ceil_div(total, local) * local), sycl::range<1>(local)),
-                part.const_data_ptr<acc>(), dst.mutable_data_ptr<scalar_t>(), total, part.size(0), part.size(1), G,
-                Opg, Opg_pad, Cpg, KH, KW, static_cast<int32_t>(dst_cl ? 1 : 0));
+  const int64_t local =
+      std::min<int64_t>(Conv2dConfig::kReduceLocal, static_cast<int64_t>(L.traits().max_work_group_size));
+  L.launch<xk::conv2d_reduce_splits, T>(
+      sycl::nd_range<1>(sycl::range<1>(ceil_div(total, local) * local), sycl::range<1>(local)),
+      {.part = part.const_data_ptr<acc>(),
+       .dst = mptr<T>(dst),
+       .total = total,
+       .splits = part.size(0),
+       .part_stride = part.size(1),
+       .G = G,
+       .Opg = Opg,
+       .Opg_pad = Opg_pad,
+       .Cpg = Cpg,
+       .KH = KH,
+       .KW = KW,
+       .dst_cl = dst_cl ? 1 : 0});
 }
 
-}  // namespace
-
-at::Tensor conv2d(const at::Tensor& input, const at::Tensor& weight, const at::Tensor& bias, const Conv2dProblem& p) {
+at::Tensor forward(Launcher L, const at::Tensor& input, const at::Tensor& weight, const at::Tensor& bias,
+                   const Conv2dProblem& p) {
   const auto out_fmt = p.channels_last ? at::MemoryFormat::ChannelsLast : at::MemoryFormat::Contiguous;
   const at::Tensor x = as_4d(input);
   const at::Tensor b = contiguous_if_defined(bias);
   at::Tensor out = empty({p.N, p.O, p.OH, p.OW}, input.options().memory_format(out_fmt));
-  sycl::queue& q = queue_for(x);
-  const DeviceTraits& traits = traits_of(q);
-  XK_DISPATCH_FLOATING_TYPES(x.scalar_type(), "conv2d", [&] {
-    run_destination_gemm<scalar_t>(q, traits, p, x, weight, b, out, /*transposed=*/false);
-  });
+  XK_DISPATCH_DEVICE_TYPES(x.scalar_type(), "conv2d",
+                           [&] { run_destination_gemm<T>(L, p, x, weight, b, out, /*transposed=*/false); });
   return p.batched ? out : out.view(p.out_sizes());
 }
 
-std::tuple<at::Tensor, at::Tensor, at::Tensor> conv2d_backward(const at::Tensor& grad_output,
-                                                               const at::Tensor& input, const at::Tensor& weight,
-                                                               const Conv2dProblem& p, std::array<bool, 3> mask) {
+std::tuple<at::Tensor, at::Tensor, at::Tensor> backward(Launcher L, const at::Tensor& grad_output,
+                                                        const at::Tensor& input, const at::Tensor& weight,
+                                                        const Conv2dProblem& p, std::array<bool, 3> mask) {
   const auto fmt = p.channels_last ? at::MemoryFormat::ChannelsLast : at::MemoryFormat::Contiguous;
   const at::Tensor go = as_4d(grad_output);
   const at::Tensor x = as_4d(input);
   at::Tensor gi = empty_grad_like(input), gw = empty_grad_like(weight), gb = empty_grad_like(weight);
-  sycl::queue& q = queue_for(go);
-  const DeviceTraits& traits = traits_of(q);
   const int64_t G = p.groups, Opg = p.O_per_group(), Cpg = p.C_per_group();
   const int64_t M = p.N * p.OH * p.OW;
-  XK_DISPATCH_FLOATING_TYPES(go.scalar_type(), "conv2d_backward", [&] {
-    using acc = acc_t<scalar_t>;
+  XK_DISPATCH_DEVICE_TYPES(go.scalar_type(), "conv2d_backward", [&] {
+    using acc = xk::acc_t<T>;
     const auto acc_opts = go.options().dtype(c10::CppTypeToScalarType<acc>::value);
-    const int64_t S = lanes_for(traits, std::is_same_v<scalar_t, double>);
-    const char* type = kernel_type_name<scalar_t>();
+    const int64_t S = lanes_for<T>(L);
     if (mask[0]) {  // grad_input: transposed convolution of grad_output with the weight
       gi = empty({p.N, p.C, p.H, p.W}, input.options().memory_format(fmt));
-      run_destination_gemm<scalar_t>(q, traits, p, go, weight, at::Tensor(), gi, /*transposed=*/true);
+      run_destination_gemm<T>(L, p, go, weight, at::Tensor(), gi, /*transposed=*/true);
       if (!p.batched) gi = gi.view(input.sizes());
     }
     // grad_weight with lanes over channels loads grad_output's channels as vectors: it needs
@@ -287,55 +301,92 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> conv2d_backward(const at::Tensor&
     const bool gw_groups = group_lanes_pay(S, G, Opg);
     const at::Tensor go_cl =
         mask[1] && !gw_groups ? go.contiguous(at::MemoryFormat::ChannelsLast) : at::Tensor();
-    if (mask[1]) {  // grad_weight: split reduction over pixels, then an ordered sum of the splits
-      gw = empty(weight.sizes(), weight.options().memory_format(fmt));
-      int64_t Opg_pad = Opg, splits = 0;
-      at::Tensor part;
-      if (gw_groups) {
-        const int64_t G_pad = ceil_div(G, S) * S;
-        const int64_t tiles = ceil_div(p.KH * p.KW, Conv2dConfig::kGradWeightGroupsR) * Cpg * Opg * (G_pad / S);
-        const int64_t packed = G * p.KH * p.KW * Cpg * Opg;
-        splits = pixel_splits(M, tiles, packed);
-        part = empty({splits, packed}, acc_opts);
-        const sycl::kernel k = get_kernel(q, kConv2dGroup, grad_weight_groups_name(type, S));
-        launch(q, k, sycl::nd_range<1>(sycl::range<1>(splits * tiles * S), sycl::range<1>(S)),
-               go.const_data_ptr<scalar_t>(), x.const_data_ptr<scalar_t>(), part.mutable_data_ptr<acc>(), p.N, p.C,
-               p.H, p.W, x.stride(0), x.stride(1), x.stride(2), x.stride(3), p.O, p.OH, p.OW, go.stride(0),
-               go.stride(1), go.stride(2), go.stride(3), G_pad, G, p.KH, p.KW, p.stride[0], p.stride[1],
-               p.padding[0], p.padding[1], p.dilation[0], p.dilation[1], splits);
-      } else {
-        const Tile tile = igemm_tile(Opg);
-        Opg_pad = ceil_div(Opg, S * tile.Q) * S * tile.Q;
-        const int64_t tiles = G * p.KH * p.KW * ceil_div(Cpg, tile.R) * (Opg_pad / (S * tile.Q));
-        const int64_t packed = G * p.KH * p.KW * Cpg * Opg_pad;
-        splits = pixel_splits(M, tiles, packed);
-        part = empty({splits, packed}, acc_opts);
-        const sycl::kernel k = get_kernel(q, kConv2dGroup, grad_weight_name(type, S, tile));
-        launch(q, k, sycl::nd_range<1>(sycl::range<1>(splits * tiles * S), sycl::range<1>(S)),
-               go_cl.const_data_ptr<scalar_t>(), x.const_data_ptr<scalar_t>(), part.mutable_data_ptr<acc>(), p.N,
-               p.C, p.H, p.W, x.stride(0), x.stride(1), x.stride(2), x.stride(3), p.O, p.OH, p.OW, Opg_pad, G, p.KH,
-               p.KW, p.stride[0], p.stride[1], p.padding[0], p.padding[1], p.dilation[0], p.dilation[1], splits);
+    with_lanes<T>(S, [&](auto S_) {
+      constexpr int SL = decltype(S_)::value;
+      if (mask[1]) {  // grad_weight: split reduction over pixels, then an ordered sum of the splits
+        gw = empty(weight.sizes(), weight.options().memory_format(fmt));
+        int64_t Opg_pad = Opg, splits = 0;
+        at::Tensor part;
+        if (gw_groups) {
+          const int64_t G_pad = ceil_div(G, S) * S;
+          const int64_t tiles = ceil_div(p.KH * p.KW, Conv2dConfig::kGradWeightGroupsR) * Cpg * Opg * (G_pad / S);
+          const int64_t packed = G * p.KH * p.KW * Cpg * Opg;
+          splits = pixel_splits(M, tiles, packed);
+          part = empty({splits, packed}, acc_opts);
+          L.launch<xk::conv2d_grad_weight_groups<SL, Conv2dConfig::kGradWeightGroupsR>, T>(
+              sycl::nd_range<1>(sycl::range<1>(splits * tiles * S), sycl::range<1>(S)),
+              {.go = cptr<T>(go), .x = cptr<T>(x), .part = part.mutable_data_ptr<acc>(),
+               .N = p.N, .C = p.C, .H = p.H, .W = p.W,
+               .sN = x.stride(0), .sC = x.stride(1), .sH = x.stride(2), .sW = x.stride(3),
+               .O = p.O, .OH = p.OH, .OW = p.OW,
+               .gN = go.stride(0), .gC = go.stride(1), .gH = go.stride(2), .gW = go.stride(3),
+               .G_pad = G_pad, .G = G, .KH = p.KH, .KW = p.KW,
+               .sh = p.stride[0], .sw = p.stride[1], .ph = p.padding[0], .pw = p.padding[1],
+               .dh = p.dilation[0], .dw = p.dilation[1], .splits = splits});
+        } else {
+          const Tile tile = igemm_tile(Opg);
+          Opg_pad = ceil_div(Opg, S * tile.Q) * S * tile.Q;
+          const int64_t tiles = G * p.KH * p.KW * ceil_div(Cpg, tile.R) * (Opg_pad / (S * tile.Q));
+          const int64_t packed = G * p.KH * p.KW * Cpg * Opg_pad;
+          splits = pixel_splits(M, tiles, packed);
+          part = empty({splits, packed}, acc_opts);
+          with_tile(tile, [&](auto R, auto Q) {
+            L.launch<xk::conv2d_grad_weight<SL, decltype(R)::value, decltype(Q)::value>, T>(
+                sycl::nd_range<1>(sycl::range<1>(splits * tiles * S), sycl::range<1>(S)),
+                {.go = cptr<T>(go_cl), .x = cptr<T>(x), .part = part.mutable_data_ptr<acc>(),
+                 .N = p.N, .C = p.C, .H = p.H, .W = p.W,
+                 .sN = x.stride(0), .sC = x.stride(1), .sH = x.stride(2), .sW = x.stride(3),
+                 .O = p.O, .OH = p.OH, .OW = p.OW, .Opg_pad = Opg_pad, .G = G, .KH = p.KH, .KW = p.KW,
+                 .sh = p.stride[0], .sw = p.stride[1], .ph = p.padding[0], .pw = p.padding[1],
+                 .dh = p.dilation[0], .dw = p.dilation[1], .splits = splits});
+          });
+        }
+        // In-order queue: the reduction runs after the partial sums.
+        launch_reduce<T>(L, part, gw, G, Opg, Opg_pad, Cpg, p.KH, p.KW, p.channels_last);
+        L.finish(go);
       }
-      // In-order queue: the reduction runs after the partial sums.
-      sycl::event e = launch_reduce<scalar_t>(q, traits, part, gw, G, Opg, Opg_pad, Cpg, p.KH, p.KW, p.channels_last);
-      wait_if_host(go, e);
-    }
-    if (mask[2]) {  // grad_bias: the same two stages over grad_output alone
-      const at::Tensor& g = go_cl.defined() ? go_cl : go;  // channels_last when available: vector loads
-      gb = empty({p.O}, weight.options());
-      const int64_t O_pad = ceil_div(p.O, S) * S;
-      const int64_t tiles = O_pad / S;
-      const int64_t splits = pixel_splits(M, tiles, O_pad);
-      at::Tensor part = empty({splits, O_pad}, acc_opts);
-      const sycl::kernel k = get_kernel(q, kConv2dGroup, grad_bias_name(type, S));
-      launch(q, k, sycl::nd_range<1>(sycl::range<1>(splits * tiles * S), sycl::range<1>(S)),
-             g.const_data_ptr<scalar_t>(), part.mutable_data_ptr<acc>(), p.N, p.O, p.OH, p.OW, g.stride(0),
-             g.stride(1), g.stride(2), g.stride(3), O_pad, splits);
-      sycl::event e = launch_reduce<scalar_t>(q, traits, part, gb, 1, p.O, O_pad, 1, 1, 1, false);
-      wait_if_host(go, e);
-    }
+      if (mask[2]) {  // grad_bias: the same two stages over grad_output alone
+        const at::Tensor& g = go_cl.defined() ? go_cl : go;  // channels_last when available: vector loads
+        gb = empty({p.O}, weight.options());
+        const int64_t O_pad = ceil_div(p.O, S) * S;
+        const int64_t tiles = O_pad / S;
+        const int64_t splits = pixel_splits(M, tiles, O_pad);
+        at::Tensor part = empty({splits, O_pad}, acc_opts);
+        L.launch<xk::conv2d_grad_bias<SL>, T>(
+            sycl::nd_range<1>(sycl::range<1>(splits * tiles * S), sycl::range<1>(S)),
+            {.go = cptr<T>(g), .part = part.mutable_data_ptr<acc>(), .N = p.N, .O = p.O, .OH = p.OH, .OW = p.OW,
+             .sN = g.stride(0), .sC = g.stride(1), .sH = g.stride(2), .sW = g.stride(3), .O_pad = O_pad,
+             .splits = splits});
+        launch_reduce<T>(L, part, gb, 1, p.O, O_pad, 1, 1, 1, false);
+        L.finish(go);
+      }
+    });
   });
   return {gi, gw, gb};
 }
 
+}  // namespace
+
+at::Tensor conv2d(const at::Tensor& input, const at::Tensor& weight, const at::Tensor& bias, const Conv2dProblem& p) {
+  return forward(Launcher::for_tensor(input), input, weight, bias, p);
+}
+std::tuple<at::Tensor, at::Tensor, at::Tensor> conv2d_backward(const at::Tensor& grad_output,
+                                                               const at::Tensor& input, const at::Tensor& weight,
+                                                               const Conv2dProblem& p, std::array<bool, 3> mask) {
+  return backward(Launcher::for_tensor(grad_output), grad_output, input, weight, p, mask);
+}
+
 }  // namespace xkernels::sycl_backend
+
+#ifdef XKERNELS_WITH_ACPP
+namespace xkernels::acpp_backend {
+at::Tensor conv2d(const at::Tensor& input, const at::Tensor& weight, const at::Tensor& bias, const Conv2dProblem& p) {
+  return sycl_backend::forward(sycl_backend::Launcher::acpp(), input, weight, bias, p);
+}
+std::tuple<at::Tensor, at::Tensor, at::Tensor> conv2d_backward(const at::Tensor& grad_output,
+                                                               const at::Tensor& input, const at::Tensor& weight,
+                                                               const Conv2dProblem& p, std::array<bool, 3> mask) {
+  return sycl_backend::backward(sycl_backend::Launcher::acpp(), grad_output, input, weight, p, mask);
+}
+}  // namespace xkernels::acpp_backend
+#endif

@@ -19,10 +19,8 @@
 #include <cstdlib>
 #include <string>
 
-#include "sycl/kernels/fused_linear_relu.hpp"  // tile geometry shared with the kernels (constants only)
-#include "sycl/kernel_memo.h"
 #include "sycl/host_alloc.h"
-#include "sycl/runtime.h"
+#include "sycl/launch.h"
 #include "xkernels/checks.h"
 #include "xkernels/dispatch.h"
 #include "xkernels/entry.h"
@@ -59,70 +57,60 @@ struct LinearConfig {
 
 enum class GemmVariant { Cpu, Gpu };
 
-bool has_sub_group_16(const DeviceTraits& t) {
-  return std::find(t.sub_group_sizes.begin(), t.sub_group_sizes.end(), size_t{16}) != t.sub_group_sizes.end();
+// The CPU kernels run 16-lane work-groups. Under DPC++ the lanes are one sub-group of 16 (SIMD lanes),
+// which the device must support; ahead-of-time builds (acpp) run them as 16 work-items (their lane
+// reduction is a work-group reduction), which every device can.
+bool cpu_kernels_run_on(const Launcher& L) {
+  const auto& s = L.traits().sub_group_sizes;
+  return L.is_acpp() || std::find(s.begin(), s.end(), size_t{16}) != s.end();
 }
 
-GemmVariant choose_variant(const DeviceTraits& t) {
+GemmVariant choose_variant(const Launcher& L) {
+  const DeviceTraits& t = L.traits();
   const char* env = std::getenv(kVariantEnv);
   std::string v = env ? env : "";
   std::transform(v.begin(), v.end(), v.begin(), [](unsigned char c) { return std::tolower(c); });
-  if (v.empty() || v == "auto") return t.is_cpu && has_sub_group_16(t) ? GemmVariant::Cpu : GemmVariant::Gpu;
+  if (v.empty() || v == "auto") return t.is_cpu && cpu_kernels_run_on(L) ? GemmVariant::Cpu : GemmVariant::Gpu;
   if (v == "gpu") return GemmVariant::Gpu;
   XK_CHECK_VALUE(v == "cpu", kOp, "environment variable ", kVariantEnv, " must be 'auto', 'cpu' or 'gpu', got '",
                  env, "'");
-  XK_CHECK(has_sub_group_16(t), kOp, "GEMM variant 'cpu' (", kVariantEnv, ") needs sub-groups of 16 but device '",
+  XK_CHECK(cpu_kernels_run_on(L), kOp, "GEMM variant 'cpu' (", kVariantEnv, ") needs sub-groups of 16 but device '",
            t.name, "' does not support them");
   return GemmVariant::Cpu;
 }
 
-const char* bool_name(bool b) { return b ? "true" : "false"; }
-
-std::string gemm_name(const char* kernel, const char* type, bool bias, bool relu) {
-  return std::string(kernel) + "<" + type + ", " + bool_name(bias) + ", " + bool_name(relu) + ">";
+// Calls f(bias_tag, relu_tag) with std::integral_constant<bool, ...> for the epilogue flags: the
+// table's variants are (bias + ReLU), (ReLU) for the forward pass and (none) for the backward GEMMs.
+template <typename F> void with_epilogue(bool bias, bool relu, F&& f) {
+  using T_ = std::true_type;
+  using F_ = std::false_type;
+  if (bias && relu) return f(T_{}, T_{});
+  if (relu) return f(F_{}, T_{});
+  TORCH_CHECK(!bias, "xkernels.fused_linear_relu: no GEMM variant with a bias but no ReLU");
+  f(F_{}, F_{});
 }
-
-// Instantiations: forward GEMMs with bias+ReLU or ReLU only, backward GEMMs plain.
-std::vector<std::string> linear_kernel_names(const DeviceTraits& t) {
-  std::vector<std::string> out;
-  const bool sg16 = has_sub_group_16(t);
-  auto add = [&](const char* type) {
-    for (auto [bias, relu] : {std::pair{true, true}, std::pair{false, true}, std::pair{false, false}}) {
-      out.push_back(gemm_name("xk::linear_gemm_tiled", type, bias, relu));
-      if (sg16) out.push_back(gemm_name("xk::linear_gemm_panel", type, bias, relu));
-      if (sg16 && relu) out.push_back(gemm_name("xk::linear_gemm_dot", type, bias, relu));
-    }
-    out.push_back(std::string("xk::linear_relu_grad<") + type + ", true>");
-    out.push_back(std::string("xk::linear_relu_grad<") + type + ", false>");
-    out.push_back(std::string("xk::linear_column_sum<") + type + ">");
-    if (sg16) out.push_back(std::string("xk::linear_pack_panels<") + type + ">");
-  };
-  add(kernel_type_name<float>());
-  add(kernel_type_name<sycl::ext::oneapi::bfloat16>());
-  if (t.fp16) add(kernel_type_name<sycl::half>());
-  if (t.fp64) add(kernel_type_name<double>());
-  return out;
-}
-
-const KernelGroup& kLinearGroup = register_kernel_group({"fused_linear_relu.hpp", linear_kernel_names});
 
 // B [K, N] (any strides) -> [ceil(N / kCols), K, kCols] contiguous, the panel-major layout of
 // linear_gemm_panel's B operand (columns past N zero). Queued before the GEMM that reads it
 // (in-order queue); the caller keeps the result alive until that GEMM is done.
 template <typename T>
-at::Tensor pack_panels(sycl::queue& q, const at::Tensor& B, sycl::event* done = nullptr) {
+at::Tensor pack_panels(Launcher& L, const at::Tensor& B) {
   using G = xk::PanelTile<T>;
   const int64_t K = B.size(0), N = B.size(1);
   const int64_t panels = ceil_div(N, G::kCols);
   at::Tensor packed = empty({panels, K, int64_t{G::kCols}}, B.options());
   const int64_t k_chunks = ceil_div(K, LinearConfig::kPackRowsPerGroup);
   const int64_t k_chunk = ceil_div(K, k_chunks);
-  static KernelMemo memo;
-  const sycl::kernel k = memo.get(q, kLinearGroup, 0, [] { return kernel_name<T>("xk::linear_pack_panels"); });
-  const sycl::event e =
-      launch(q, k, sycl::nd_range<1>(sycl::range<1>(panels * k_chunks * G::kSubGroup), sycl::range<1>(G::kSubGroup)),
-             B.const_data_ptr<T>(), B.stride(0), B.stride(1), packed.mutable_data_ptr<T>(), K, N, k_chunk, k_chunks);
-  if (done) *done = e;
+  L.launch<xk::linear_pack_panels, T>(
+      sycl::nd_range<1>(sycl::range<1>(panels * k_chunks * G::kSubGroup), sycl::range<1>(G::kSubGroup)),
+      {.B = cptr<T>(B),
+       .b_ks = B.stride(0),
+       .b_ns = B.stride(1),
+       .packed = mptr<T>(packed),
+       .K = K,
+       .N = N,
+       .k_chunk = k_chunk,
+       .k_chunks = k_chunks});
   return packed;
 }
 
@@ -131,164 +119,181 @@ at::Tensor pack_panels(sycl::queue& q, const at::Tensor& B, sycl::event* done = 
 // the acc-type K-block scratch when T is not the accumulation type (the caller keeps it alive until
 // the returned event is done).
 template <typename T>
-sycl::event panel_gemm(sycl::queue& q, const at::Tensor& A, const T* b_ptr, int64_t ldb, int64_t panel_stride,
-                       int64_t N, const at::Tensor& bias, bool relu, at::Tensor& C, at::Tensor& partial) {
+void panel_gemm(Launcher& L, const at::Tensor& A, const T* b_ptr, int64_t ldb, int64_t panel_stride, int64_t N,
+                const at::Tensor& bias, bool relu, at::Tensor& C, at::Tensor& partial) {
   using G = xk::PanelTile<T>;
+  using acc = xk::acc_t<T>;
   const int64_t M = A.size(0), K = A.size(1);
-  const bool has_bias = bias.defined();
-  T* c_ptr = C.mutable_data_ptr<T>();
+  T* c_ptr = mptr<T>(C);
   // K blocks: partial sums live in C itself when T is the accumulation type.
   const int64_t k_block = A.stride(1) == 1 ? xk::kPanelKBlock : LinearConfig::kPanelKBlockStridedA;
-  acc_t<T>* partial_ptr = nullptr;
+  acc* partial_ptr = nullptr;
   if (K > k_block) {
-    if constexpr (std::is_same_v<T, acc_t<T>>) {
+    if constexpr (std::is_same_v<T, acc>) {
       partial_ptr = c_ptr;
     } else {
-      partial = empty({M, N}, C.options().dtype(c10::CppTypeToScalarType<acc_t<T>>::value));
-      partial_ptr = partial.mutable_data_ptr<acc_t<T>>();
+      partial = empty({M, N}, C.options().dtype(c10::CppTypeToScalarType<acc>::value));
+      partial_ptr = partial.mutable_data_ptr<acc>();
     }
   }
   const int64_t row_groups = ceil_div(M, int64_t{G::kRows} * G::kRowTilesPerGroup);
   const int64_t groups = row_groups * ceil_div(N, int64_t{G::kCols});
-  static KernelMemo memo;
-  const int flags = (has_bias ? 2 : 0) | (relu ? 1 : 0);  // the KernelMemo key
-  const sycl::kernel k = memo.get(q, kLinearGroup, flags, [&] {
-    return gemm_name("xk::linear_gemm_panel", kernel_type_name<T>(), has_bias, relu);
-  });
   const sycl::nd_range<1> range(sycl::range<1>(groups * G::kSubGroup), sycl::range<1>(G::kSubGroup));
-  return launch(q, k, range, A.const_data_ptr<T>(), A.stride(0), A.stride(1), b_ptr, ldb, panel_stride,
-                has_bias ? bias.const_data_ptr<T>() : nullptr, c_ptr, N, partial_ptr, M, N, K, k_block, row_groups);
+  with_epilogue(bias.defined(), relu, [&](auto BIAS, auto RELU) {
+    L.launch<xk::linear_gemm_panel<BIAS, RELU>, T>(range, {.A = cptr<T>(A),
+                                                           .a_rs = A.stride(0),
+                                                           .a_ks = A.stride(1),
+                                                           .B = b_ptr,
+                                                           .ldb = ldb,
+                                                           .b_panel_stride = panel_stride,
+                                                           .bias = cptr_or_null<T>(bias),
+                                                           .C = c_ptr,
+                                                           .ldc = N,
+                                                           .partial = partial_ptr,
+                                                           .M = M,
+                                                           .N = N,
+                                                           .K = K,
+                                                           .k_block = k_block,
+                                                           .row_groups = row_groups});
+  });
 }
 
 // C = epilogue(A @ B [+ bias]) with C [M, N] contiguous; A [M, K] and B [K, N] are 2-D views
 // with any strides. Returns once the kernel is done for CPU tensors (temporaries die here).
 template <typename T>
-void gemm(sycl::queue& q, GemmVariant variant, const at::Tensor& A, const at::Tensor& B, const at::Tensor& bias,
+void gemm(Launcher& L, GemmVariant variant, const at::Tensor& A, const at::Tensor& B, const at::Tensor& bias,
           bool relu, at::Tensor& C) {
   const int64_t M = A.size(0), K = A.size(1), N = B.size(1);
-  const bool has_bias = bias.defined();
-  const T* bias_ptr = has_bias ? bias.const_data_ptr<T>() : nullptr;
-  const char* type = kernel_type_name<T>();
-  T* c_ptr = C.mutable_data_ptr<T>();
-  const int flags = (has_bias ? 2 : 0) | (relu ? 1 : 0);  // the KernelMemo key
   at::Tensor packed, partial;  // temporaries: must outlive the kernel (see the wait at the end)
-  sycl::event done;
   if (variant == GemmVariant::Gpu) {
     using G = xk::TiledTile;
-    static KernelMemo memo;
-    const sycl::kernel k = memo.get(q, kLinearGroup, flags, [&] { return gemm_name("xk::linear_gemm_tiled", type, has_bias, relu); });
     const sycl::nd_range<2> range({static_cast<size_t>(ceil_div(M, G::kTile) * G::kLocal),
                                    static_cast<size_t>(ceil_div(N, G::kTile) * G::kLocal)},
                                   {size_t{G::kLocal}, size_t{G::kLocal}});
-    done = launch(q, k, range, A.const_data_ptr<T>(), A.stride(0), A.stride(1), B.const_data_ptr<T>(), B.stride(0),
-                  B.stride(1), bias_ptr, c_ptr, N, M, N, K);
+    with_epilogue(bias.defined(), relu, [&](auto BIAS, auto RELU) {
+      L.launch<xk::linear_gemm_tiled<BIAS, RELU>, T>(range, {.A = cptr<T>(A),
+                                                             .a_rs = A.stride(0),
+                                                             .a_ks = A.stride(1),
+                                                             .B = cptr<T>(B),
+                                                             .b_ks = B.stride(0),
+                                                             .b_ns = B.stride(1),
+                                                             .bias = cptr_or_null<T>(bias),
+                                                             .C = mptr<T>(C),
+                                                             .ldc = N,
+                                                             .M = M,
+                                                             .N = N,
+                                                             .K = K});
+    });
   } else if (relu && M <= LinearConfig::kDotMaxRows && A.stride(1) == 1 && B.stride(0) == 1) {
     // Both operands unit-stride along k (the forward pass as given): dot products, no packing.
     // (Instantiated for the forward epilogues only, hence `relu`.)
     using G = xk::DotTile<T>;
-    static KernelMemo memo;
-    const sycl::kernel k = memo.get(q, kLinearGroup, flags, [&] { return gemm_name("xk::linear_gemm_dot", type, has_bias, relu); });
     const int64_t row_tiles = ceil_div(M, G::kRows);
     const int64_t groups = row_tiles * ceil_div(N, G::kCols);
     const sycl::nd_range<1> range(sycl::range<1>(groups * G::kSubGroup), sycl::range<1>(G::kSubGroup));
-    done = launch(q, k, range, A.const_data_ptr<T>(), A.stride(0), B.const_data_ptr<T>(), B.stride(1), bias_ptr, c_ptr,
-                  N, M, N, K, row_tiles);
+    if (bias.defined())
+      L.launch<xk::linear_gemm_dot<true, true>, T>(range, {.A = cptr<T>(A),
+                                                           .lda = A.stride(0),
+                                                           .Bt = cptr<T>(B),
+                                                           .ldb = B.stride(1),
+                                                           .bias = cptr<T>(bias),
+                                                           .C = mptr<T>(C),
+                                                           .ldc = N,
+                                                           .M = M,
+                                                           .N = N,
+                                                           .K = K,
+                                                           .row_tiles = row_tiles});
+    else
+      L.launch<xk::linear_gemm_dot<false, true>, T>(range, {.A = cptr<T>(A),
+                                                            .lda = A.stride(0),
+                                                            .Bt = cptr<T>(B),
+                                                            .ldb = B.stride(1),
+                                                            .bias = nullptr,
+                                                            .C = mptr<T>(C),
+                                                            .ldc = N,
+                                                            .M = M,
+                                                            .N = N,
+                                                            .K = K,
+                                                            .row_tiles = row_tiles});
   } else {
     const int64_t cols = xk::PanelTile<T>::kCols;
     const T* b_ptr;
     int64_t ldb, panel_stride;
     if (B.stride(1) == 1 && M < LinearConfig::kPackMinRows) {
-      b_ptr = B.const_data_ptr<T>();
+      b_ptr = cptr<T>(B);
       ldb = B.stride(0);
       panel_stride = cols;
     } else {
-      packed = pack_panels<T>(q, B);
-      b_ptr = packed.const_data_ptr<T>();
+      packed = pack_panels<T>(L, B);  // queued before the GEMM that reads it (in-order queue)
+      b_ptr = cptr<T>(packed);
       ldb = cols;
       panel_stride = K * cols;
     }
-    done = panel_gemm<T>(q, A, b_ptr, ldb, panel_stride, N, bias, relu, C, partial);
+    panel_gemm<T>(L, A, b_ptr, ldb, panel_stride, N, bias, relu, C, partial);
   }
-  wait_if_host(C, done);
+  L.finish(C);
 }
 
-}  // namespace
-
-at::Tensor fused_linear_relu(const at::Tensor& input, const at::Tensor& weight, const at::Tensor& bias,
-                             const LinearProblem& p) {
+at::Tensor forward(Launcher L, const at::Tensor& input, const at::Tensor& weight, const at::Tensor& bias,
+                   const LinearProblem& p) {
   const at::Tensor x = input.reshape({p.M, p.K}).contiguous();
   const at::Tensor w = weight.contiguous();
   const at::Tensor b = contiguous_if_defined(bias);
   at::Tensor out = empty({p.M, p.N}, x.options());
-  sycl::queue& q = queue_for(x);
-  const GemmVariant variant = choose_variant(traits_of(q));
-  XK_DISPATCH_FLOATING_TYPES(x.scalar_type(), "fused_linear_relu", [&] {
-    gemm<scalar_t>(q, variant, x, w.t(), b, /*relu=*/true, out);
-  });
+  XK_DISPATCH_DEVICE_TYPES(x.scalar_type(), "fused_linear_relu",
+                           [&] { gemm<T>(L, choose_variant(L), x, w.t(), b, /*relu=*/true, out); });
   return out.view(p.out_sizes);
 }
 
 // ---- pre-packed weights (pack_linear_weight / fused_linear_relu_packed): the panel GEMM's B
 // operand W^T packed once by the caller instead of on every forward call.
 static_assert(xk::PanelTile<float>::kCols == 64 && xk::PanelTile<double>::kCols == 32 &&
-                  xk::PanelTile<sycl::half>::kCols == 64 && xk::PanelTile<sycl::ext::oneapi::bfloat16>::kCols == 64,
+                  xk::PanelTile<xk::half>::kCols == 64 && xk::PanelTile<xk::bf16>::kCols == 64,
               "linear_pack_columns (shapes.h) must match the panel width of linear_gemm_panel");
 
-namespace {
-void check_packed_device(const char* op, sycl::queue& q) {
-  const DeviceTraits& t = traits_of(q);
-  XK_CHECK(has_sub_group_16(t), op, "the packed weight layout is that of the panel GEMM, which needs sub-groups of 16, "
-           "but SYCL device '", t.name, "' does not support them; use fused_linear_relu");
+void check_packed_device(const char* op, const Launcher& L) {
+  XK_CHECK(cpu_kernels_run_on(L), op, "the packed weight layout is that of the panel GEMM, which needs sub-groups of 16, "
+           "but SYCL device '", L.traits().name, "' does not support them; use fused_linear_relu");
 }
-}  // namespace
 
-at::Tensor pack_linear_weight(const at::Tensor& weight) {
-  sycl::queue& q = queue_for(weight);
-  check_packed_device("pack_linear_weight", q);
+at::Tensor pack_weight(Launcher L, const at::Tensor& weight) {
+  check_packed_device("pack_linear_weight", L);
   at::Tensor packed;
-  sycl::event done;
-  XK_DISPATCH_FLOATING_TYPES(weight.scalar_type(), "pack_linear_weight", [&] {
-    packed = pack_panels<scalar_t>(q, weight.t(), &done);  // B = W^T [K, N], any strides
-  });
-  wait_if_host(weight, done);
+  XK_DISPATCH_DEVICE_TYPES(weight.scalar_type(), "pack_linear_weight",
+                           [&] { packed = pack_panels<T>(L, weight.t()); });  // B = W^T [K, N], any strides
+  L.finish(weight);
   return packed;
 }
 
-at::Tensor fused_linear_relu_packed(const at::Tensor& input, const at::Tensor& packed_weight, const at::Tensor& bias,
-                                    const LinearProblem& p) {
+at::Tensor forward_packed(Launcher L, const at::Tensor& input, const at::Tensor& packed_weight,
+                          const at::Tensor& bias, const LinearProblem& p) {
   const at::Tensor x = input.reshape({p.M, p.K}).contiguous();
   const at::Tensor b = contiguous_if_defined(bias);
   at::Tensor out = empty({p.M, p.N}, x.options());
-  sycl::queue& q = queue_for(x);
-  check_packed_device("fused_linear_relu_packed", q);
-  XK_DISPATCH_FLOATING_TYPES(x.scalar_type(), "fused_linear_relu_packed", [&] {
-    const int64_t cols = xk::PanelTile<scalar_t>::kCols;
+  check_packed_device("fused_linear_relu_packed", L);
+  XK_DISPATCH_DEVICE_TYPES(x.scalar_type(), "fused_linear_relu_packed", [&] {
+    const int64_t cols = xk::PanelTile<T>::kCols;
     at::Tensor partial;  // K-block scratch for half types; alive until the wait below
-    sycl::event done = panel_gemm<scalar_t>(q, x, packed_weight.const_data_ptr<scalar_t>(), cols, p.K * cols, p.N, b,
-                                            /*relu=*/true, out, partial);
-    wait_if_host(x, done);
+    panel_gemm<T>(L, x, cptr<T>(packed_weight), cols, p.K * cols, p.N, b, /*relu=*/true, out, partial);
+    L.finish(x);
   });
   return out.view(p.out_sizes);
 }
 
-std::tuple<at::Tensor, at::Tensor, at::Tensor> fused_linear_relu_backward(const at::Tensor& grad_output,
-                                                                          const at::Tensor& input,
-                                                                          const at::Tensor& weight,
-                                                                          const at::Tensor& output,
-                                                                          const LinearProblem& p,
-                                                                          std::array<bool, 3> mask) {
+std::tuple<at::Tensor, at::Tensor, at::Tensor> backward(Launcher L, const at::Tensor& grad_output,
+                                                        const at::Tensor& input, const at::Tensor& weight,
+                                                        const at::Tensor& output, const LinearProblem& p,
+                                                        std::array<bool, 3> mask) {
   const int64_t M = p.M, N = p.N, K = p.K;
   const bool want_x = mask[0], want_w = mask[1], want_b = mask[2];
   at::Tensor gi = empty_grad_like(input), gw = empty_grad_like(weight), gb = empty_grad_like(weight);
   if (!want_x && !want_w && !want_b) return {gi, gw, gb};
   const at::Tensor dy = grad_output.reshape({M, N}).contiguous();
   const at::Tensor y = output.reshape({M, N}).contiguous();
-  sycl::queue& q = queue_for(dy);
-  const GemmVariant variant = choose_variant(traits_of(q));
-  XK_DISPATCH_FLOATING_TYPES(dy.scalar_type(), "fused_linear_relu_backward", [&] {
-    using acc = acc_t<scalar_t>;
+  const GemmVariant variant = choose_variant(L);
+  XK_DISPATCH_DEVICE_TYPES(dy.scalar_type(), "fused_linear_relu_backward", [&] {
+    using acc = xk::acc_t<T>;
     using C = LinearConfig;
-    const char* type = kernel_type_name<scalar_t>();
     // grad_pre = grad_output where output > 0, and (for grad_bias) its column sums per row chunk.
     at::Tensor grad_pre = empty({M, N}, dy.options());
     const int64_t chunks0 = std::min(ceil_div(M, C::kRowsPerChunk), C::kMaxChunks);
@@ -297,32 +302,86 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> fused_linear_relu_backward(const 
     at::Tensor partial = want_b ? empty({chunks, N}, dy.options().dtype(c10::CppTypeToScalarType<acc>::value))
                                 : at::Tensor();
     const int64_t cols = ceil_div(N, C::kColumnLocal) * C::kColumnLocal;
-    const sycl::kernel k_mask =
-        get_kernel(q, kLinearGroup, std::string("xk::linear_relu_grad<") + type + (want_b ? ", true>" : ", false>"));
-    sycl::event done = launch(q, k_mask,
-                              sycl::nd_range<2>({static_cast<size_t>(chunks), static_cast<size_t>(cols)},
-                                                {size_t{1}, static_cast<size_t>(C::kColumnLocal)}),
-                              dy.const_data_ptr<scalar_t>(), y.const_data_ptr<scalar_t>(),
-                              grad_pre.mutable_data_ptr<scalar_t>(), want_b ? partial.mutable_data_ptr<acc>() : nullptr,
-                              M, N, rows_per_chunk);
+    const sycl::nd_range<2> mask_range({static_cast<size_t>(chunks), static_cast<size_t>(cols)},
+                                       {size_t{1}, static_cast<size_t>(C::kColumnLocal)});
+    auto mask_params = [&](auto kernel) {
+      using K = decltype(kernel);
+      return typename K::template params<T>{.grad_output = cptr<T>(dy),
+                                            .output = cptr<T>(y),
+                                            .grad_pre = mptr<T>(grad_pre),
+                                            .partial = want_b ? partial.mutable_data_ptr<acc>() : nullptr,
+                                            .M = M,
+                                            .N = N,
+                                            .rows_per_chunk = rows_per_chunk};
+    };
     if (want_b) {
+      L.launch<xk::linear_relu_grad<true>, T>(mask_range, mask_params(xk::linear_relu_grad<true>{}));
       gb = empty({N}, dy.options());
-      const sycl::kernel k_sum = get_kernel(q, kLinearGroup, kernel_name<scalar_t>("xk::linear_column_sum"));
-      done = launch(q, k_sum, sycl::nd_range<1>(sycl::range<1>(cols), sycl::range<1>(C::kColumnLocal)),
-                    partial.const_data_ptr<acc>(), gb.mutable_data_ptr<scalar_t>(), chunks, N);
+      L.launch<xk::linear_column_sum, T>(sycl::nd_range<1>(sycl::range<1>(cols), sycl::range<1>(C::kColumnLocal)),
+                                         {.partial = partial.const_data_ptr<acc>(),
+                                          .out = mptr<T>(gb),
+                                          .R = chunks,
+                                          .N = N});
+    } else {
+      L.launch<xk::linear_relu_grad<false>, T>(mask_range, mask_params(xk::linear_relu_grad<false>{}));
     }
-    wait_if_host(dy, done);
+    L.finish(dy);
     if (want_x) {  // dX [M, K] = G [M, N] @ W [N, K]
       gi = empty({M, K}, dy.options());
-      gemm<scalar_t>(q, variant, grad_pre, weight.contiguous(), at::Tensor(), /*relu=*/false, gi);
+      gemm<T>(L, variant, grad_pre, weight.contiguous(), at::Tensor(), /*relu=*/false, gi);
       gi = gi.view(input.sizes());
     }
     if (want_w) {  // dW [N, K] = G^T [N, M] @ X [M, K]
       gw = empty({N, K}, dy.options());
-      gemm<scalar_t>(q, variant, grad_pre.t(), input.reshape({M, K}).contiguous(), at::Tensor(), /*relu=*/false, gw);
+      gemm<T>(L, variant, grad_pre.t(), input.reshape({M, K}).contiguous(), at::Tensor(), /*relu=*/false, gw);
     }
   });
   return {gi, gw, gb};
 }
 
+}  // namespace
+
+at::Tensor fused_linear_relu(const at::Tensor& input, const at::Tensor& weight, const at::Tensor& bias,
+                             const LinearProblem& p) {
+  return forward(Launcher::for_tensor(input), input, weight, bias, p);
+}
+std::tuple<at::Tensor, at::Tensor, at::Tensor> fused_linear_relu_backward(const at::Tensor& grad_output,
+                                                                          const at::Tensor& input,
+                                                                          const at::Tensor& weight,
+                                                                          const at::Tensor& output,
+                                                                          const LinearProblem& p,
+                                                                          std::array<bool, 3> mask) {
+  return backward(Launcher::for_tensor(grad_output), grad_output, input, weight, output, p, mask);
+}
+at::Tensor pack_linear_weight(const at::Tensor& weight) { return pack_weight(Launcher::for_tensor(weight), weight); }
+at::Tensor fused_linear_relu_packed(const at::Tensor& input, const at::Tensor& packed_weight, const at::Tensor& bias,
+                                    const LinearProblem& p) {
+  return forward_packed(Launcher::for_tensor(input), input, packed_weight, bias, p);
+}
+
 }  // namespace xkernels::sycl_backend
+
+#ifdef XKERNELS_WITH_ACPP
+namespace xkernels::acpp_backend {
+using sycl_backend::Launcher;
+
+at::Tensor fused_linear_relu(const at::Tensor& input, const at::Tensor& weight, const at::Tensor& bias,
+                             const LinearProblem& p) {
+  return sycl_backend::forward(Launcher::acpp(), input, weight, bias, p);
+}
+std::tuple<at::Tensor, at::Tensor, at::Tensor> fused_linear_relu_backward(const at::Tensor& grad_output,
+                                                                          const at::Tensor& input,
+                                                                          const at::Tensor& weight,
+                                                                          const at::Tensor& output,
+                                                                          const LinearProblem& p,
+                                                                          std::array<bool, 3> mask) {
+  return sycl_backend::backward(Launcher::acpp(), grad_output, input, weight, output, p, mask);
+}
+at::Tensor pack_linear_weight(const at::Tensor& weight) { return sycl_backend::pack_weight(Launcher::acpp(), weight); }
+at::Tensor fused_linear_relu_packed(const at::Tensor& input, const at::Tensor& packed_weight, const at::Tensor& bias,
+                                    const LinearProblem& p) {
+  return sycl_backend::forward_packed(Launcher::acpp(), input, packed_weight, bias, p);
+}
+
+}  // namespace xkernels::acpp_backend
+#endif

@@ -5,9 +5,8 @@
 
 #include <algorithm>
 
-#include "sycl/kernel_memo.h"
 #include "sycl/host_alloc.h"
-#include "sycl/runtime.h"
+#include "sycl/launch.h"
 #include "xkernels/dispatch.h"
 #include "xkernels/entry.h"
 
@@ -28,23 +27,6 @@ struct LayerNormConfig {
   static constexpr int64_t kMaxBlocks = 256;         // at most this many partials per column
 };
 
-std::vector<std::string> layer_norm_kernel_names(const DeviceTraits& t) {
-  std::vector<std::string> out;
-  auto add = [&](const char* type) {
-    for (const char* k : {"xk::layer_norm_fwd", "xk::layer_norm_bwd_dx", "xk::layer_norm_bwd_wb_partial",
-                          "xk::layer_norm_bwd_wb_final"})
-      out.push_back(std::string(k) + "<" + type + ">");
-  };
-  add(kernel_type_name<float>());
-  add(kernel_type_name<sycl::ext::oneapi::bfloat16>());
-  if (t.fp16) add(kernel_type_name<sycl::half>());
-  if (t.fp64) add(kernel_type_name<double>());
-  return out;
-}
-
-const KernelGroup& kLayerNormGroup = register_kernel_group({"layer_norm.hpp", layer_norm_kernel_names});
-
-
 // One sub-group per row: the nd_range for M rows.
 sycl::nd_range<1> row_range(const DeviceTraits& t, int64_t M) {
   const int64_t rows = t.is_cpu ? LayerNormConfig::kCpuRowsPerGroup : LayerNormConfig::kGpuRowsPerGroup;
@@ -53,33 +35,31 @@ sycl::nd_range<1> row_range(const DeviceTraits& t, int64_t M) {
   return sycl::nd_range<1>(sycl::range<1>(groups * local), sycl::range<1>(local));
 }
 
-}  // namespace
-
-void layer_norm_forward_out(const at::Tensor& input, const at::Tensor& weight, const at::Tensor& bias, double eps,
-                            const LayerNormProblem& p, const at::Tensor& out, const at::Tensor& mean,
-                            const at::Tensor& rstd) {
+void forward_out(Launcher L, const at::Tensor& input, const at::Tensor& weight, const at::Tensor& bias, double eps,
+                 const LayerNormProblem& p, const at::Tensor& out, const at::Tensor& mean, const at::Tensor& rstd) {
   const at::Tensor x = input.contiguous();
   const at::Tensor w = contiguous_if_defined(weight);
   const at::Tensor b = contiguous_if_defined(bias);
-  sycl::queue& q = queue_for(x);
-  const DeviceTraits& traits = traits_of(q);
-  sycl::event done;
-  XK_DISPATCH_FLOATING_TYPES(x.scalar_type(), "layer_norm_forward", [&] {
-    using acc = acc_t<scalar_t>;
-    static KernelMemo memo_layer_norm_fwd;  // one per element type (this lambda is instantiated per type)
-    const sycl::kernel k = memo_layer_norm_fwd.get(q, kLayerNormGroup, 0, [] { return kernel_name<scalar_t>("xk::layer_norm_fwd"); });
-    done = launch(q, k, row_range(traits, p.M), x.const_data_ptr<scalar_t>(),
-                  w.defined() ? w.const_data_ptr<scalar_t>() : nullptr,
-                  b.defined() ? b.const_data_ptr<scalar_t>() : nullptr, out.mutable_data_ptr<scalar_t>(),
-                  mean.defined() ? mean.mutable_data_ptr<acc>() : nullptr,  // null: statistics not saved
-                  rstd.defined() ? rstd.mutable_data_ptr<acc>() : nullptr, p.M, p.N, static_cast<acc>(eps));
+  XK_DISPATCH_DEVICE_TYPES(x.scalar_type(), "layer_norm_forward", [&] {
+    using acc = xk::acc_t<T>;
+    L.launch<xk::layer_norm_fwd, T>(row_range(L.traits(), p.M),
+                                    {.x = cptr<T>(x),
+                                     .w = cptr_or_null<T>(w),
+                                     .b = cptr_or_null<T>(b),
+                                     .y = mptr<T>(out),
+                                     .mean = mean.defined() ? mean.mutable_data_ptr<acc>() : nullptr,  // not saved
+                                     .rstd = rstd.defined() ? rstd.mutable_data_ptr<acc>() : nullptr,
+                                     .M = p.M,
+                                     .N = p.N,
+                                     .eps = static_cast<acc>(eps)});
   });
-  wait_if_host(x, done);
+  L.finish(x);
 }
 
-std::tuple<at::Tensor, at::Tensor, at::Tensor> layer_norm_backward(
-    const at::Tensor& grad_output, const at::Tensor& input, const at::Tensor& mean, const at::Tensor& rstd,
-    const at::Tensor& weight, const LayerNormProblem& p, std::array<bool, 3> mask) {
+std::tuple<at::Tensor, at::Tensor, at::Tensor> backward(Launcher L, const at::Tensor& grad_output,
+                                                        const at::Tensor& input, const at::Tensor& mean,
+                                                        const at::Tensor& rstd, const at::Tensor& weight,
+                                                        const LayerNormProblem& p, std::array<bool, 3> mask) {
   const at::Tensor x = input.contiguous(), dy = grad_output.contiguous();
   const at::Tensor w = contiguous_if_defined(weight);
   const auto stat_dtype = layer_norm_stat_dtype(x.scalar_type());
@@ -88,20 +68,19 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> layer_norm_backward(
   at::Tensor gi = want_x ? empty(x.sizes(), x.options().memory_format(at::MemoryFormat::Contiguous)) : empty_grad_like(x);
   at::Tensor gw = want_w ? empty(p.normalized_shape, x.options()) : empty_grad_like(x);
   at::Tensor gb = want_b ? empty(p.normalized_shape, x.options()) : empty_grad_like(x);
-  sycl::queue& q = queue_for(x);
-  const DeviceTraits& traits = traits_of(q);
-  sycl::event done;
-  XK_DISPATCH_FLOATING_TYPES(x.scalar_type(), "layer_norm_backward", [&] {
-    using acc = acc_t<scalar_t>;
-    static KernelMemo memo_layer_norm_bwd_dx, memo_layer_norm_bwd_wb_partial, memo_layer_norm_bwd_wb_final;
+  XK_DISPATCH_DEVICE_TYPES(x.scalar_type(), "layer_norm_backward", [&] {
+    using acc = xk::acc_t<T>;
     const acc* MU = mu_t.const_data_ptr<acc>();
     const acc* RS = rs_t.const_data_ptr<acc>();
-    if (want_x) {
-      const sycl::kernel k = memo_layer_norm_bwd_dx.get(q, kLayerNormGroup, 0, [] { return kernel_name<scalar_t>("xk::layer_norm_bwd_dx"); });
-      done = launch(q, k, row_range(traits, p.M), dy.const_data_ptr<scalar_t>(), x.const_data_ptr<scalar_t>(), MU,
-                    RS, w.defined() ? w.const_data_ptr<scalar_t>() : nullptr, gi.mutable_data_ptr<scalar_t>(), p.M,
-                    p.N);
-    }
+    if (want_x)
+      L.launch<xk::layer_norm_bwd_dx, T>(row_range(L.traits(), p.M), {.dy = cptr<T>(dy),
+                                                                      .x = cptr<T>(x),
+                                                                      .mean = MU,
+                                                                      .rstd = RS,
+                                                                      .w = cptr_or_null<T>(w),
+                                                                      .dx = mptr<T>(gi),
+                                                                      .M = p.M,
+                                                                      .N = p.N});
     if (want_w || want_b) {
       using C = LayerNormConfig;
       const int64_t blocks = std::min(ceil_div(p.M, C::kRowsPerBlock), C::kMaxBlocks);
@@ -110,25 +89,65 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> layer_norm_backward(
       at::Tensor part_w = want_w ? empty({blocks, p.N}, acc_opts) : at::Tensor();
       at::Tensor part_b = want_b ? empty({blocks, p.N}, acc_opts) : at::Tensor();
       const int64_t cols = ceil_div(p.N, C::kColumnTile) * C::kColumnTile;
-      const sycl::kernel k1 =
-          memo_layer_norm_bwd_wb_partial.get(q, kLayerNormGroup, 0, [] { return kernel_name<scalar_t>("xk::layer_norm_bwd_wb_partial"); });
-      launch(q, k1, row_range(traits, blocks),  // one sub-group per block of rows
-             dy.const_data_ptr<scalar_t>(), x.const_data_ptr<scalar_t>(), MU, RS,
-             want_w ? part_w.mutable_data_ptr<acc>() : nullptr, want_b ? part_b.mutable_data_ptr<acc>() : nullptr,
-             p.M, p.N, rows_per_block);
-      const sycl::kernel k2 = memo_layer_norm_bwd_wb_final.get(q, kLayerNormGroup, 0, [] { return kernel_name<scalar_t>("xk::layer_norm_bwd_wb_final"); });
+      L.launch<xk::layer_norm_bwd_wb_partial, T>(  // one sub-group per block of rows
+          row_range(L.traits(), blocks), {.dy = cptr<T>(dy),
+                                          .x = cptr<T>(x),
+                                          .mean = MU,
+                                          .rstd = RS,
+                                          .part_w = want_w ? part_w.mutable_data_ptr<acc>() : nullptr,
+                                          .part_b = want_b ? part_b.mutable_data_ptr<acc>() : nullptr,
+                                          .M = p.M,
+                                          .N = p.N,
+                                          .rows_per_block = rows_per_block});
       // In-order queue: stage 2 starts after stage 1.
-      done = launch(q, k2, sycl::nd_range<1>(sycl::range<1>(cols), sycl::range<1>(C::kColumnTile)),
-                    want_w ? part_w.const_data_ptr<acc>() : nullptr, want_b ? part_b.const_data_ptr<acc>() : nullptr,
-                    want_w ? gw.mutable_data_ptr<scalar_t>() : nullptr,
-                    want_b ? gb.mutable_data_ptr<scalar_t>() : nullptr, blocks, p.N);
+      L.launch<xk::layer_norm_bwd_wb_final, T>(
+          sycl::nd_range<1>(sycl::range<1>(cols), sycl::range<1>(C::kColumnTile)),
+          {.part_w = want_w ? part_w.const_data_ptr<acc>() : nullptr,
+           .part_b = want_b ? part_b.const_data_ptr<acc>() : nullptr,
+           .dw = want_w ? mptr<T>(gw) : nullptr,
+           .db = want_b ? mptr<T>(gb) : nullptr,
+           .blocks = blocks,
+           .N = p.N});
       // part_w / part_b are freed when this scope ends: for XPU tensors the caching allocator
       // keeps the memory for later work on the same stream, so that is safe; CPU waits below.
-      wait_if_host(x, done);
+      L.finish(x);
     }
   });
-  wait_if_host(x, done);
+  L.finish(x);
   return {want_x ? gi.view(input.sizes()) : gi, gw, gb};
 }
 
+}  // namespace
+
+void layer_norm_forward_out(const at::Tensor& input, const at::Tensor& weight, const at::Tensor& bias, double eps,
+                            const LayerNormProblem& p, const at::Tensor& out, const at::Tensor& mean,
+                            const at::Tensor& rstd) {
+  forward_out(Launcher::for_tensor(input), input, weight, bias, eps, p, out, mean, rstd);
+}
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor> layer_norm_backward(
+    const at::Tensor& grad_output, const at::Tensor& input, const at::Tensor& mean, const at::Tensor& rstd,
+    const at::Tensor& weight, const LayerNormProblem& p, std::array<bool, 3> mask) {
+  return backward(Launcher::for_tensor(input), grad_output, input, mean, rstd, weight, p, mask);
+}
+
 }  // namespace xkernels::sycl_backend
+
+#ifdef XKERNELS_WITH_ACPP
+namespace xkernels::acpp_backend {
+using sycl_backend::Launcher;
+
+void layer_norm_forward_out(const at::Tensor& input, const at::Tensor& weight, const at::Tensor& bias, double eps,
+                            const LayerNormProblem& p, const at::Tensor& out, const at::Tensor& mean,
+                            const at::Tensor& rstd) {
+  sycl_backend::forward_out(Launcher::acpp(), input, weight, bias, eps, p, out, mean, rstd);
+}
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor> layer_norm_backward(
+    const at::Tensor& grad_output, const at::Tensor& input, const at::Tensor& mean, const at::Tensor& rstd,
+    const at::Tensor& weight, const LayerNormProblem& p, std::array<bool, 3> mask) {
+  return sycl_backend::backward(Launcher::acpp(), grad_output, input, mean, rstd, weight, p, mask);
+}
+
+}  // namespace xkernels::acpp_backend
+#endif

@@ -5,6 +5,7 @@
 #include <c10/core/ScalarType.h>
 #include <c10/util/Exception.h>
 
+#include "sycl/aot_library.h"
 #include "sycl/host_alloc.h"
 #include "sycl/runtime_info.h"
 #include "xkernels/backend.h"
@@ -47,6 +48,22 @@ py::dict device_dict(const DeviceRecord& r) {
 }  // namespace
 
 void bind_python(py::module_& m) {
+  m.def(
+      "acpp_device",
+      [] {
+        const AotLibrary& lib = acpp_library();
+        py::dict d;
+        d["name"] = lib.traits().name;
+        d["implementation"] = lib.implementation();
+        d["flags"] = lib.flags();
+        d["kernels"] = lib.kernel_count();
+        d["max_work_group_size"] = lib.traits().max_work_group_size;
+        d["sub_group_sizes"] = lib.traits().sub_group_sizes;
+        d["fp16"] = lib.traits().fp16;
+        d["fp64"] = lib.traits().fp64;
+        return d;
+      },
+      "The acpp backend's device and launcher library (raises when it is unavailable).");
   m.def(
       "devices",
       [] {
@@ -116,7 +133,9 @@ void bind_python(py::module_& m) {
           t.fp16 = fp16;
           t.fp64 = fp64;
           t.sub_group_sizes = sub_group_sizes;
-          return g->names(t);
+          std::vector<std::string> names;
+          for (auto& e : g->entries(t)) names.push_back(std::move(e.name));
+          return names;
         }
         TORCH_CHECK_VALUE(false, "xkernels._C.sycl.group_kernel_names: argument 'file' must name a kernel group (",
                           [] {

@@ -588,15 +588,6 @@ class CacheSession {
 };
 
 // ---------------------------------------------------------------- kernel groups
-std::mutex& groups_mutex() {
-  static std::mutex m;
-  return m;
-}
-std::vector<std::unique_ptr<KernelGroup>>& groups_storage() {
-  static auto* g = new std::vector<std::unique_ptr<KernelGroup>>();
-  return *g;
-}
-
 const EmbeddedSource* find_source(const std::string& file) {
   for (const auto& s : embedded_kernel_sources())
     if (file == s.name) return &s;
@@ -720,22 +711,9 @@ sycl::kernel_bundle<sycl::bundle_state::executable> build_bundle(const sycl::con
   }
 }
 
-// A kernel group is built in parts, one per element type: the first template argument of the registered
-// name ("xk::layer_norm_fwd<float>" -> "float"; "" for a name without template arguments). A process
-// compiles only the element types it runs: measured cold on the 2-core CI machine, all three groups for
-// every dtype took 38 s in one bundle per group, while one dtype's bundles are roughly a quarter of the
-// kernels plus a fixed ~2 s per bundle. warmup() builds every part.
-std::string kernel_part(const std::string& name) {
-  const size_t lt = name.find('<');
-  if (lt == std::string::npos) return "";
-  size_t end = name.find_first_of(",>", lt + 1);
-  if (end == std::string::npos) end = name.size();
-  std::string part = name.substr(lt + 1, end - lt - 1);
-  const auto first = part.find_first_not_of(' ');
-  const auto last = part.find_last_not_of(' ');
-  return first == std::string::npos ? "" : part.substr(first, last - first + 1);
-}
-
+// A kernel group is built in parts, one per element type (KernelEntry::part): a process compiles only
+// the element types it runs (one dtype's bundle is roughly a quarter of the kernels plus a fixed ~2 s
+// per bundle on the 2-core CI machine). warmup() builds every part.
 // "layer_norm.hpp [float]", "conv2d.hpp [bfloat16]": a part's label in build logs and warmup().
 std::string part_label(const std::string& file, const std::string& part) {
   if (part.empty()) return file;
@@ -746,10 +724,8 @@ std::string part_label(const std::string& file, const std::string& part) {
 // The parts of `group` on a device with `traits`, in the order of its names.
 std::vector<std::string> group_parts(const KernelGroup& group, const DeviceTraits& traits) {
   std::vector<std::string> parts;
-  for (const auto& n : group.names(traits)) {
-    const std::string p = kernel_part(n);
-    if (std::find(parts.begin(), parts.end(), p) == parts.end()) parts.push_back(p);
-  }
+  for (const auto& e : group.entries(traits))
+    if (std::find(parts.begin(), parts.end(), e.part) == parts.end()) parts.push_back(e.part);
   return parts;
 }
 
@@ -787,39 +763,6 @@ std::unordered_map<SlotKey, std::shared_ptr<Slot>, SlotKeyHash>& slots() {
 std::mutex g_build_log_mu;
 std::vector<std::pair<std::string, double>> g_build_log;  // every group build of this process
 
-#ifdef XKERNELS_SYCL_AOT
-// The group's kernels from the ahead-of-time library, if it has every name and an image the
-// runtime accepts for `dev`; otherwise false with `why` (the caller compiles at run time).
-bool take_aot_kernels(const sycl::context& ctx, const sycl::device& dev, const KernelGroup& group,
-                      const std::vector<std::string>& names, Slot& slot, std::string* why) {
-  const sycl_aot::AotLibrary& lib = sycl_aot::aot_library();
-  std::vector<sycl::kernel_id> ids;
-  for (const auto& n : names) {
-    const sycl_aot::AotKernel* k = std::find_if(lib.kernels, lib.kernels + lib.count, [&](const auto& e) {
-      return group.file == e.file && n == e.name;
-    });
-    if (k == lib.kernels + lib.count) {
-      *why = "the ahead-of-time library has no kernel '" + n + "' (it was built from other kernel sources)";
-      return false;
-    }
-    ids.push_back(k->id());
-  }
-  try {
-    if (!sycl::is_compatible(ids, dev)) {
-      *why = "the SYCL runtime finds no image in the ahead-of-time library compatible with this device "
-             "(sycl::is_compatible)";
-      return false;
-    }
-    auto bundle = sycl::get_kernel_bundle<sycl::bundle_state::executable>(ctx, {dev}, ids);
-    for (size_t i = 0; i < names.size(); ++i) slot.kernels.emplace(names[i], bundle.get_kernel(ids[i]));
-    return true;
-  } catch (const sycl::exception& e) {
-    slot.kernels.clear();
-    *why = std::string("loading the ahead-of-time kernels failed: ") + e.what();
-    return false;
-  }
-}
-#endif
 
 // Returns the slot, built (compiling now if nobody has). `*compiled` says whether this call compiled.
 Slot& built_slot(const sycl::context& ctx, const sycl::device& dev, const KernelGroup& group, const std::string& part,
@@ -841,32 +784,24 @@ Slot& built_slot(const sycl::context& ctx, const sycl::device& dev, const Kernel
     return join(n, ", ");
   }(), ")");
   std::vector<std::string> names;
-  for (auto& n : group.names(traits_of_device(dev)))
-    if (kernel_part(n) == part) names.push_back(std::move(n));
+  // The source: the kernel file, reached through its include file so that diagnostics in kernel
+  // bodies name it ("layer_norm.hpp:12:3: error: ..."), then the part's generated entry points.
+  std::string source = "#include \"" + group.file + "\"\n";
+  for (auto& e : group.entries(traits_of_device(dev)))
+    if (e.part == part) {
+      names.push_back(std::move(e.name));
+      source += e.definition;
+    }
   const std::string label = part_label(group.file, part);
   TORCH_CHECK(!names.empty(), "xkernels: kernel group '", label, "' has no kernels for device '",
               dev.get_info<sycl::info::device::name>(), "'");
-  // The source is the kernel file itself, reached through its include file so that
-  // diagnostics name it ("layer_norm.hpp:12:3: error: ...").
-  const std::string source = "#include \"" + group.file + "\"\n";
   const auto t0 = std::chrono::steady_clock::now();
-  const pc::Choice choice = device_choice(dev);
-  std::string source_note = pc::describe(choice);
-  bool from_library = false;
-#ifdef XKERNELS_SYCL_AOT
-  if (choice.source != pc::Source::RuntimeCompile) {
-    std::string why;
-    from_library = take_aot_kernels(ctx, dev, group, names, *slot, &why);
-    if (!from_library) source_note = std::string(pc::source_name(pc::Source::RuntimeCompile)) + ": " + why;
-  }
-#endif
-  if (!from_library) {
-    auto bundle = build_bundle(ctx, dev, label, source, names, build_options_for_runtime());
-    for (const auto& n : names) {
-      TORCH_CHECK(bundle.ext_oneapi_has_kernel(n), "xkernels: kernel group '", label,
-                  "' built, but it has no kernel '", n, "'");
-      slot->kernels.emplace(n, bundle.ext_oneapi_get_kernel(n));
-    }
+  const std::string source_note = pc::describe(device_choice(dev));
+  auto bundle = build_bundle(ctx, dev, label, source, names, build_options_for_runtime());
+  for (const auto& n : names) {
+    TORCH_CHECK(bundle.ext_oneapi_has_kernel(n), "xkernels: kernel group '", label, "' built, but it has no kernel '",
+                n, "'");
+    slot->kernels.emplace(n, bundle.ext_oneapi_get_kernel(n));
   }
   note_group_source(dev, group.file, source_note);
   slot->seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -893,21 +828,6 @@ const DeviceTraits& traits_of_device(const sycl::device& d) {
 }
 
 // ---------------------------------------------------------------- runtime.h
-const KernelGroup& register_kernel_group(KernelGroup group) {
-  std::lock_guard<std::mutex> lock(groups_mutex());
-  for (const auto& g : groups_storage())
-    TORCH_CHECK(g->file != group.file, "xkernels: kernel group '", group.file, "' registered twice");
-  groups_storage().push_back(std::make_unique<KernelGroup>(std::move(group)));
-  return *groups_storage().back();
-}
-
-std::vector<const KernelGroup*> kernel_groups() {
-  std::lock_guard<std::mutex> lock(groups_mutex());
-  std::vector<const KernelGroup*> out;
-  for (const auto& g : groups_storage()) out.push_back(g.get());
-  return out;
-}
-
 sycl::queue& queue_for(const at::Tensor& t) {
   if (t.device().is_cpu()) return cpu_queue();
 #ifdef XKERNELS_WITH_XPU
@@ -927,19 +847,15 @@ sycl::queue& queue_for(const at::Tensor& t) {
 const DeviceTraits& traits_of(const sycl::queue& q) { return traits_of_device(q.get_device()); }
 
 sycl::kernel get_kernel(const sycl::queue& q, const KernelGroup& group, const std::string& name) {
-  Slot& slot = built_slot(q.get_context(), q.get_device(), group, kernel_part(name), nullptr);
+  // The entry's part (element type) ends its name: "xk_layer_norm_fwd__float" (kernel_table.h).
+  const size_t sep = name.rfind("__");
+  const std::string part = sep == std::string::npos ? "" : name.substr(sep + 2);
+  Slot& slot = built_slot(q.get_context(), q.get_device(), group, part, nullptr);
   auto it = slot.kernels.find(name);  // read-only once built
   TORCH_CHECK(it != slot.kernels.end(), "xkernels: kernel '", name, "' is not among the kernels of group '",
               group.file, "' for device '", traits_of(q).name, "'");
   return it->second;
 }
-
-template <> const char* kernel_type_name<float>() { return "float"; }
-template <> const char* kernel_type_name<double>() { return "double"; }
-template <> const char* kernel_type_name<sycl::half>() { return "sycl::half"; }
-template <> const char* kernel_type_name<sycl::ext::oneapi::bfloat16>() { return "sycl::ext::oneapi::bfloat16"; }
-template <> const char* kernel_type_name<c10::Half>() { return "sycl::half"; }
-template <> const char* kernel_type_name<c10::BFloat16>() { return "sycl::ext::oneapi::bfloat16"; }
 
 void validate_launch(const sycl::queue& q, const sycl::kernel& k, int dims, const size_t* global, const size_t* local,
                      size_t num_args) {
@@ -1002,6 +918,8 @@ std::vector<std::string> build_options_with(const std::vector<std::string>& fp_o
   // warning in the build log); 2026.1 rejects the option as unknown.
   if (runtime_version_info().year < 2026) opts.push_back("-fno-sycl-device-lib=all");
   opts.insert(opts.end(), fp_options.begin(), fp_options.end());
+  // The kernel files' portable form: bodies read their item through this_work_item (kernels/common.hpp).
+  opts.push_back("-DXK_RTC=1");
   return opts;
 }
 
@@ -1051,7 +969,7 @@ std::vector<std::string> runtime_compile_env() {
 std::vector<std::string> all_kernel_names(const DeviceTraits& traits) {
   std::vector<std::string> out;
   for (const KernelGroup* g : kernel_groups())
-    for (auto& n : g->names(traits)) out.push_back(std::move(n));
+    for (auto& e : g->entries(traits)) out.push_back(std::move(e.name));
   return out;
 }
 

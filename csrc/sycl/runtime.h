@@ -29,17 +29,22 @@ struct DeviceTraits {
   std::string name;
 };
 
-// One kernel file (csrc/sycl/kernels/<file>) = one kernel group = one bundle built per
-// device on first use. `names` returns the registered (instantiated) kernel names the
-// device supports, e.g. {"xk::layer_norm_fwd<float>", "xk::layer_norm_fwd<sycl::half>"}.
+// One kernel file (csrc/sycl/kernels/<file>) = one kernel table = one kernel group, built per device
+// and element type ("part") on first use. `entries` lists the generated run-time entry points the
+// device supports (kernel_table.h).
+struct KernelEntry {
+  std::string name;        // registered name, e.g. "xk_layer_norm_fwd__float"
+  std::string part;        // element type, e.g. "float": a process compiles only the types it runs
+  std::string definition;  // the generated free-function kernel
+};
 struct KernelGroup {
   std::string file;
-  std::function<std::vector<std::string>(const DeviceTraits&)> names;
+  std::function<std::vector<KernelEntry>(const DeviceTraits&)> entries;
 };
 
-// Registers a group (call from a static initializer in the op's host file); returns it.
-const KernelGroup& register_kernel_group(KernelGroup group);
-std::vector<const KernelGroup*> kernel_groups();
+// Every table's group (kernel_groups.cpp), and the one of a kernel file.
+const std::vector<const KernelGroup*>& kernel_groups();
+const KernelGroup& find_kernel_group(const char* file);
 
 // The queue an op on tensor `t` launches on: CPU tensors -> the process-wide in-order
 // queue of the SYCL CPU device (host pointers are used zero-copy); XPU tensors -> torch's
@@ -50,23 +55,6 @@ const DeviceTraits& traits_of(const sycl::queue& q);
 // Compiled kernel `name` from `group` for the queue's device (built once per device and
 // group, thread-safe; compile errors raise with the compiler log).
 sycl::kernel get_kernel(const sycl::queue& q, const KernelGroup& group, const std::string& name);
-
-// The C++ spelling of an element type inside kernel names. Host element types map to the
-// device types the kernels are instantiated with (c10::Half -> "sycl::half",
-// c10::BFloat16 -> "sycl::ext::oneapi::bfloat16").
-template <typename T> const char* kernel_type_name();
-template <> const char* kernel_type_name<float>();
-template <> const char* kernel_type_name<double>();
-template <> const char* kernel_type_name<c10::Half>();
-template <> const char* kernel_type_name<c10::BFloat16>();
-template <> const char* kernel_type_name<sycl::half>();
-template <> const char* kernel_type_name<sycl::ext::oneapi::bfloat16>();
-
-// Registered kernel name "<base><T>", e.g. kernel_name<float>("xk::layer_norm_fwd") ==
-// "xk::layer_norm_fwd<float>".
-template <typename T> std::string kernel_name(const std::string& base) {
-  return base + "<" + kernel_type_name<T>() + ">";
-}
 
 // Throws (naming the kernel and the values) unless: every local size is >= 1 and the global
 // size is a multiple of it in each dimension; the work-group fits the device and the kernel

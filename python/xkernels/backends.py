@@ -67,17 +67,31 @@ def _cuda_status() -> BackendStatus:
     return BackendStatus("cuda", True, True, "", devs)
 
 
+def _acpp_status() -> BackendStatus:
+    if not getattr(_C, "with_acpp", False):
+        _ok, why = _C.acpp_status()
+        return BackendStatus("acpp", False, False, f"not built: {why}")
+    ok, why = _C.acpp_status()
+    if not ok:
+        return BackendStatus("acpp", True, False, why)
+    return BackendStatus("acpp", True, True, "", [_C.sycl.acpp_device()])
+
+
 def backends() -> dict[str, BackendStatus]:
-    """What is built and available, with the reason where not."""
+    """What is built and available, with the reason where not.
+
+    "acpp" (the kernels compiled ahead of time by AdaptiveCpp) is a conformance backend: it runs
+    CPU tensors when selected explicitly and is never chosen by "auto"."""
     return {
         "reference": BackendStatus("reference", True, True, "", [{"name": "cpu"}]),
         "sycl": _sycl_status(),
         "cuda": _cuda_status(),
+        "acpp": _acpp_status(),
     }
 
 
 def current_backend() -> str:
-    """The requested backend for this thread: 'auto', 'reference', 'sycl' or 'cuda'."""
+    """The requested backend for this thread: 'auto', 'reference', 'sycl', 'cuda' or 'acpp'."""
     return _C.requested_backend()
 
 

@@ -14,10 +14,10 @@
 
 namespace xkernels {
 
-enum class Backend { Auto = 0, Reference = 1, Sycl = 2, Cuda = 3 };
+enum class Backend { Auto = 0, Reference = 1, Sycl = 2, Cuda = 3, Acpp = 4 };
 
 const char* backend_name(Backend b);
-// Parses "auto" | "reference" | "sycl" | "cuda" (case-insensitive); throws ValueError naming `what`.
+// Parses "auto" | "reference" | "sycl" | "cuda" | "acpp" (case-insensitive); throws ValueError naming `what`.
 Backend parse_backend(const std::string& name, const char* what);
 
 Backend default_backend();                    // process default (XKERNELS_BACKEND at first use)
@@ -30,11 +30,15 @@ Backend requested_backend();                  // thread override, else process d
 // dtype supported by the device). Implemented by csrc/sycl/runtime.cpp when built with SYCL.
 bool sycl_cpu_available(at::ScalarType dtype, std::string* why_not);
 
+// Availability of the acpp backend (AdaptiveCpp's ahead-of-time kernels, libxkernels_acpp.so) for
+// CPU tensors. A conformance backend: it runs only when selected explicitly, never under "auto".
+bool acpp_cpu_available(std::string* why_not);
+
 // Does the SYCL runtime have a usable CUDA device (oneAPI's CUDA plugin) for CUDA device `index`
 // (any CUDA device when index < 0)? Implemented by csrc/sycl/runtime.cpp when built with SYCL.
 bool sycl_cuda_device_available(int index, std::string* why_not);
 
-// Which implementation runs an op on CPU tensors: Reference or Sycl.
+// Which implementation runs an op on CPU tensors: Reference, Sycl or (explicitly selected) Acpp.
 Backend choose_cpu_backend(const char* op, at::ScalarType dtype);
 
 // Which implementation runs an op on CUDA tensors: Cuda (native, default) or Sycl
@@ -61,4 +65,9 @@ void dispatch_record_clear();
 #define XK_IF_SYCL(expr) expr
 #else
 #define XK_IF_SYCL(expr) TORCH_CHECK(false, "xkernels was built without the SYCL backend")
+#endif
+#ifdef XKERNELS_WITH_ACPP
+#define XK_IF_ACPP(expr) expr
+#else
+#define XK_IF_ACPP(expr) TORCH_CHECK(false, "xkernels was built without the acpp backend")
 #endif

@@ -23,6 +23,7 @@
     case ::xkernels::Backend::Reference: return ::xkernels::reference::OP(__VA_ARGS__);  \
     case ::xkernels::Backend::Sycl: XK_IF_SYCL(return ::xkernels::sycl_backend::OP(__VA_ARGS__)); \
     case ::xkernels::Backend::Cuda: XK_IF_CUDA(return ::xkernels::cuda::OP(__VA_ARGS__)); \
+    case ::xkernels::Backend::Acpp: XK_IF_ACPP(return ::xkernels::acpp_backend::OP(__VA_ARGS__)); \
     default: TORCH_CHECK(false, "xkernels." #OP ": no backend chosen");                  \
   }
 
@@ -77,7 +78,9 @@ at::Tensor pack_linear_weight(const at::Tensor& weight) {
   switch (choose("pack_linear_weight", weight.scalar_type())) {
     case Backend::Reference: return reference::pack_linear_weight(weight);
     case Backend::Sycl: XK_IF_SYCL(return sycl_backend::pack_linear_weight(weight));
-    default: TORCH_CHECK(false, "xkernels.pack_linear_weight: only the 'reference' and 'sycl' backends pack weights");
+    case Backend::Acpp: XK_IF_ACPP(return acpp_backend::pack_linear_weight(weight));
+    default:
+      TORCH_CHECK(false, "xkernels.pack_linear_weight: only the 'reference', 'sycl' and 'acpp' backends pack weights");
   }
 }
 
@@ -92,8 +95,10 @@ at::Tensor fused_linear_relu_packed(const at::Tensor& input, const at::Tensor& p
   switch (choose("fused_linear_relu_packed", input.scalar_type())) {
     case Backend::Reference: return reference::fused_linear_relu_packed(input, packed_weight, b, p);
     case Backend::Sycl: XK_IF_SYCL(return sycl_backend::fused_linear_relu_packed(input, packed_weight, b, p));
+    case Backend::Acpp: XK_IF_ACPP(return acpp_backend::fused_linear_relu_packed(input, packed_weight, b, p));
     default:
-      TORCH_CHECK(false, "xkernels.fused_linear_relu_packed: only the 'reference' and 'sycl' backends run it");
+      TORCH_CHECK(false,
+                  "xkernels.fused_linear_relu_packed: only the 'reference', 'sycl' and 'acpp' backends run it");
   }
 }
 
@@ -139,7 +144,7 @@ Grads conv2d_backward(const at::Tensor& grad_output, const at::Tensor& input, co
 // allocator (csrc/sycl/host_alloc.h), every other backend's from at::empty.
 inline EmptyFn empty_for(Backend b) {
 #ifdef XKERNELS_WITH_SYCL
-  if (b == Backend::Sycl) return &::xkernels::sycl_backend::empty;
+  if (b == Backend::Sycl || b == Backend::Acpp) return &::xkernels::sycl_backend::empty;
 #endif
   (void)b;
   return [](at::IntArrayRef sizes, const at::TensorOptions& opts) { return at::empty(sizes, opts); };

@@ -59,5 +59,6 @@ XK_DECLARE_BACKEND_OPS XK_DECLARE_PACKED_LINEAR_OPS
 // at::empty through the SYCL backend's caching host allocator for CPU tensors (csrc/sycl/host_alloc.h).
 at::Tensor empty(at::IntArrayRef sizes, const at::TensorOptions& opts);
 }
+namespace acpp_backend { XK_DECLARE_BACKEND_OPS XK_DECLARE_PACKED_LINEAR_OPS }
 namespace cuda { XK_DECLARE_BACKEND_OPS }
 }  // namespace xkernels

@@ -1,31 +1,52 @@
-// Device-side helpers shared by every SYCL kernel file (kernels/*.hpp).
+// The portable kernel form, shared by every kernel file (kernels/<op>.hpp).
 //
-// Kernel files are the single source for both ways kernels reach a device: embedded and
-// compiled at run time by the SYCL runtime's kernel compiler, or compiled ahead of time by
-// icpx -fsycl. So: standard SYCL 2020 + the free-function-kernel extension only, includes
-// of other kernel files with "quotes", no torch headers, no host-only code.
+// A kernel file holds, per op, ONE table of kernels and their bodies. Each table row is a descriptor
+// struct: the kernel's name, its dimensionality, the element types it is instantiated for, its variant
+// parameters (template arguments of the descriptor), its typed parameter struct, and its body:
 //
-// Kernel shape used throughout:
-//   template <typename T>
-//   XK_ND_KERNEL(1) void my_kernel(const T* x, T* y, int64_t n) { auto it = xk::item<1>(); ... }
-// registered (and instantiated) by name, e.g. "xk::my_kernel<float>".
+//   struct layer_norm_fwd {                       // the row; the struct's name is the kernel's name
+//     static constexpr int dims = 1;              // nd_range dimensionality
+//     static constexpr int sub_group = 0;         // required sub-group size, 0: any
+//     using types = xk::float_types;              // element types it is built for
+//     template <typename T> struct params { const T* x; ...; int64_t M, N; };   // the one kernel argument
+//     template <typename T> static void run(xk::item_arg<1> ia, const params<T>& p);
+//   };
+//   using layer_norm_kernels = xk::kernel_list<layer_norm_fwd, ...>;            // the op's table
+//
+// Bodies are standard SYCL 2020: they take their item from the item argument, use sub-groups and group
+// algorithms, and no DPC++-only extension. Work-group local memory, where a kernel needs it, is a
+// `local_t<T>` struct the body receives by reference. A thin adapter gives the bodies what each SYCL
+// implementation needs:
+//   * DPC++'s run-time compiler (the provider, XK_RTC defined): generated free-function kernels
+//     (SYCL_EXT_ONEAPI_FUNCTION_PROPERTY) take the params struct; the item argument is empty and
+//     item() reads this_work_item::get_nd_item; local memory is a work_group_static.
+//   * Ahead-of-time compilers (AdaptiveCpp's acpp; icpx): csrc/sycl/aot/launchers.cpp submits
+//     parallel_for(nd_range, lambda) per (kernel, type); the lambda's nd_item goes into the item argument;
+//     local memory is a local_accessor.
+// bfloat16 is xk::bf16, a 2-byte struct converted at the bit level (no implementation's bfloat16 type).
+//
+// Kernel files include no torch headers and no host-only code, and include each other with "quotes"
+// (the run-time compiler receives them as virtual include files). The host includes them too, for the
+// descriptors and parameter structs: parameter layouts are therefore shared by construction.
 #pragma once
 #include <sycl/sycl.hpp>
 
 #include <cstdint>
-
-namespace syclext = sycl::ext::oneapi;
-namespace syclexp = sycl::ext::oneapi::experimental;
-
-// Marks a free function as an nd_range kernel of dimension N.
-#define XK_ND_KERNEL(N) SYCL_EXT_ONEAPI_FUNCTION_PROPERTY((syclexp::nd_range_kernel<N>))
+#include <type_traits>
 
 namespace xk {
 
-using bfloat16 = sycl::ext::oneapi::bfloat16;
+// ------------------------------------------------------------------ element types
+// bfloat16 as its bits. Conversions below give the same results as torch's c10::BFloat16: exact
+// widening, round-to-nearest-even narrowing, NaN -> canonical quiet NaN 0x7FC0.
+struct bf16 {
+  uint16_t bits;
+};
+static_assert(sizeof(bf16) == 2 && std::is_trivially_copyable_v<bf16>, "bf16 must be a 2-byte plain struct");
+using half = sycl::half;
 
-// The calling work-item (free-function kernels receive no item argument).
-template <int N> inline sycl::nd_item<N> item() { return syclext::this_work_item::get_nd_item<N>(); }
+template <typename... Ts> struct type_list {};
+using float_types = type_list<float, double, half, bf16>;  // every op's element types
 
 // Accumulation type: half and bfloat16 accumulate in float; float in float; double in double
 // (the same mapping as the host's xkernels::acc_t).
@@ -33,10 +54,6 @@ template <typename T> struct acc_type { using type = float; };
 template <> struct acc_type<double> { using type = double; };
 template <typename T> using acc_t = typename acc_type<T>::type;
 
-// bfloat16 <-> float by bit manipulation. sycl::ext::oneapi::bfloat16's own conversions
-// call device-library functions that some runtimes lack at run-time compile (2025.x); these
-// give the same results as torch's c10::BFloat16: exact widening, round-to-nearest-even
-// narrowing, NaN -> canonical quiet NaN 0x7FC0.
 inline float bf16_bits_to_float(uint16_t b) { return sycl::bit_cast<float>(static_cast<uint32_t>(b) << 16); }
 inline uint16_t float_to_bf16_bits(float f) {
   const uint32_t u = sycl::bit_cast<uint32_t>(f);
@@ -47,18 +64,82 @@ inline uint16_t float_to_bf16_bits(float f) {
 
 // Element <-> accumulation type conversions.
 template <typename T> inline acc_t<T> to_acc(T v) { return static_cast<acc_t<T>>(v); }
-template <> inline float to_acc<bfloat16>(bfloat16 v) { return bf16_bits_to_float(sycl::bit_cast<uint16_t>(v)); }
-
+template <> inline float to_acc<bf16>(bf16 v) { return bf16_bits_to_float(v.bits); }
 template <typename T> inline T from_acc(acc_t<T> v) { return static_cast<T>(v); }
-template <> inline bfloat16 from_acc<bfloat16>(float v) { return sycl::bit_cast<bfloat16>(float_to_bf16_bits(v)); }
+template <> inline bf16 from_acc<bf16>(float v) { return bf16{float_to_bf16_bits(v)}; }
 
 // p[i] as the accumulation type / p[i] = v converted to T.
 template <typename T> inline acc_t<T> load(const T* p, int64_t i) { return to_acc<T>(p[i]); }
 template <typename T> inline void store(T* p, int64_t i, acc_t<T> v) { p[i] = from_acc<T>(v); }
 
+// ------------------------------------------------------------------ the calling work-item
+// What a body receives as its first argument; item(ia) is the body's first line.
+#ifdef XK_RTC
+template <int D> struct item_arg {};
+template <int D> inline sycl::nd_item<D> item(item_arg<D>) {
+  return sycl::ext::oneapi::this_work_item::get_nd_item<D>();
+}
+#else
+template <int D> struct item_arg {
+  sycl::nd_item<D> it;
+};
+template <int D> inline sycl::nd_item<D> item(item_arg<D> ia) { return ia.it; }
+#endif
+
+// ------------------------------------------------------------------ reductions
 // Sum over the sub-group (every lane gets the result).
 template <typename A> inline A sub_group_sum(const sycl::sub_group& sg, A v) {
   return sycl::reduce_over_group(sg, v, sycl::plus<A>());
 }
+
+// Sum over the lanes that a work-group launched as "one sub-group" has. Under DPC++ the host sizes such
+// work-groups to one sub-group (required size S), so the sub-group reduction is the whole work-group's;
+// elsewhere (AdaptiveCpp's CPU sub-groups are 1 wide, CUDA's warps 32) the work-group can hold several
+// sub-groups, so it reduces over the work-group. Every work-item of the group must call it.
+template <int D, typename A> inline A lanes_sum(const sycl::nd_item<D>& it, A v) {
+#ifdef XK_RTC
+  return sycl::reduce_over_group(it.get_sub_group(), v, sycl::plus<A>());
+#else
+  return sycl::reduce_over_group(it.get_group(), v, sycl::plus<A>());
+#endif
+}
+
+// ------------------------------------------------------------------ tables
+template <typename... Ks> struct kernel_list {};
+
+// kernel_list concatenation.
+template <typename... Ls> struct concat;
+template <typename... A> struct concat<kernel_list<A...>> { using type = kernel_list<A...>; };
+template <typename... A, typename... B, typename... Rest>
+struct concat<kernel_list<A...>, kernel_list<B...>, Rest...> {
+  using type = typename concat<kernel_list<A..., B...>, Rest...>::type;
+};
+template <typename... Ls> using concat_t = typename concat<Ls...>::type;
+
+// Element types of kernels whose lanes are a template parameter S (lane-per-SIMD-lane kernels): the
+// host launches width 16 for 4- and 2-byte types and 8 for double where the device has those
+// sub-group sizes (one 512-bit vector), else 32 for every type (lanes_for in kernel_table.h).
+template <int S> struct lane_types_of { using type = type_list<>; };
+template <> struct lane_types_of<8> { using type = type_list<double>; };
+template <> struct lane_types_of<16> { using type = type_list<float, half, bf16>; };
+template <> struct lane_types_of<32> { using type = float_types; };
+template <int S> using lane_types = typename lane_types_of<S>::type;
+
+// Is T one of the list's types?
+template <typename L, typename T> struct has_type;
+template <typename... Ts, typename T> struct has_type<type_list<Ts...>, T> {
+  static constexpr bool value = (std::is_same_v<Ts, T> || ...);
+};
+
+// Descriptor defaults: a row may leave these out.
+template <typename K, typename = void> struct sub_group_of : std::integral_constant<int, 0> {};
+template <typename K>
+struct sub_group_of<K, std::void_t<decltype(K::sub_group)>> : std::integral_constant<int, K::sub_group> {};
+
+template <typename K, typename T, typename = void> struct local_of { using type = void; };
+template <typename K, typename T>
+struct local_of<K, T, std::void_t<typename K::template local_t<T>>> {
+  using type = typename K::template local_t<T>;
+};
 
 }  // namespace xk

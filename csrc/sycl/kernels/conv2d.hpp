@@ -34,6 +34,102 @@
 
 namespace xk {
 
+// ------------------------------------------------------------------ the table (kernel descriptors)
+template <typename T> struct conv2d_igemm_params {
+  const T* src;
+  const T* wpk;
+  const T* bias;
+  T* dst;
+  int64_t N, Cs, Hs, Ws, sN, sC, sH, sW, Cd, Hd, Wd, Cd_pad, G, KH, KW, sh, sw, ph, pw, dh, dw;
+  int32_t transposed;
+  int64_t tiles_per_group;
+  int32_t pixel_major;
+};
+template <bool DST_CL, int S, int R, int Q>
+struct conv2d_igemm {
+  static constexpr int dims = 1;
+  static constexpr int sub_group = S;
+  using types = lane_types<S>;
+  template <typename T> using params = conv2d_igemm_params<T>;
+  template <typename T> static void run(item_arg<1> ia, const params<T>& p);
+};
+
+template <typename T> struct conv2d_igemm_groups_params {
+  const T* src;
+  const T* wpk;
+  const T* bias;
+  T* dst;
+  int64_t N, Cs, Hs, Ws, sN, sC, sH, sW, Cd, Hd, Wd, G_pad, G, KH, KW, sh, sw, ph, pw, dh, dw;
+  int32_t transposed;
+  int64_t tiles_per_group;
+  int32_t pixel_major;  // pixel_major: unused here (grouped weights are small)
+};
+template <bool DST_CL, int S, int R>
+struct conv2d_igemm_groups {
+  static constexpr int dims = 1;
+  static constexpr int sub_group = S;
+  using types = lane_types<S>;
+  template <typename T> using params = conv2d_igemm_groups_params<T>;
+  template <typename T> static void run(item_arg<1> ia, const params<T>& p);
+};
+
+template <typename T> struct conv2d_grad_weight_params {
+  const T* go;
+  const T* x;
+  acc_t<T>* part;
+  int64_t N, C, H, W, sN, sC, sH, sW, O, OH, OW, Opg_pad, G, KH, KW, sh, sw, ph, pw, dh, dw, splits;
+};
+template <int S, int R, int Q>
+struct conv2d_grad_weight {
+  static constexpr int dims = 1;
+  static constexpr int sub_group = S;
+  using types = lane_types<S>;
+  template <typename T> using params = conv2d_grad_weight_params<T>;
+  template <typename T> static void run(item_arg<1> ia, const params<T>& p);
+};
+
+template <typename T> struct conv2d_grad_weight_groups_params {
+  const T* go;
+  const T* x;
+  acc_t<T>* part;
+  int64_t N, C, H, W, sN, sC, sH, sW, O, OH, OW, gN, gC, gH, gW, G_pad, G, KH, KW, sh, sw, ph, pw, dh, dw, splits;
+};
+template <int S, int R>
+struct conv2d_grad_weight_groups {
+  static constexpr int dims = 1;
+  static constexpr int sub_group = S;
+  using types = lane_types<S>;
+  template <typename T> using params = conv2d_grad_weight_groups_params<T>;
+  template <typename T> static void run(item_arg<1> ia, const params<T>& p);
+};
+
+template <typename T> struct conv2d_grad_bias_params {
+  const T* go;
+  acc_t<T>* part;
+  int64_t N, O, OH, OW, sN, sC, sH, sW, O_pad, splits;
+};
+template <int S>
+struct conv2d_grad_bias {
+  static constexpr int dims = 1;
+  static constexpr int sub_group = S;
+  using types = lane_types<S>;
+  template <typename T> using params = conv2d_grad_bias_params<T>;
+  template <typename T> static void run(item_arg<1> ia, const params<T>& p);
+};
+
+template <typename T> struct conv2d_reduce_splits_params {
+  const acc_t<T>* part;
+  T* dst;
+  int64_t total, splits, part_stride, G, Opg, Opg_pad, Cpg, KH, KW;
+  int32_t dst_cl;
+};
+struct conv2d_reduce_splits {
+  static constexpr int dims = 1;
+  using types = float_types;
+  template <typename T> using params = conv2d_reduce_splits_params<T>;
+  template <typename T> static void run(item_arg<1> ia, const params<T>& p);
+};
+
 // ------------------------------------------------------------------ shared by the destination-pixel GEMMs
 // The R destination pixels m0 .. m0+R-1 of a tile as (image, row, column), uniform across the sub-group:
 // one division, then stepping along the rows. Pixels past M repeat the last one (computed, not stored).
@@ -100,15 +196,39 @@ inline int64_t dst_offset(int64_t m, int64_t n, int64_t ch, int64_t y, int64_t x
 // re-streamed from memory by every pixel tile otherwise).
 // Launch: nd_range<1>, local size S,
 // global size S * ceil(ceil(N*Hd*Wd / R) / tiles_per_group) * G * ceil(Cd/G / (S*Q)).
-template <typename T, bool DST_CL, int S, int R, int Q>
-XK_ND_KERNEL(1)
-[[sycl::reqd_sub_group_size(S)]] void conv2d_igemm(
-    const T* src, const T* wpk, const T* bias, T* dst, int64_t N, int64_t Cs, int64_t Hs, int64_t Ws, int64_t sN,
-    int64_t sC, int64_t sH, int64_t sW, int64_t Cd, int64_t Hd, int64_t Wd, int64_t Cd_pad, int64_t G, int64_t KH,
-    int64_t KW, int64_t sh, int64_t sw, int64_t ph, int64_t pw, int64_t dh, int64_t dw, int32_t transposed,
-    int64_t tiles_per_group, int32_t pixel_major) {
+template <bool DST_CL, int S, int R, int Q>
+template <typename T>
+void conv2d_igemm<DST_CL, S, R, Q>::run(item_arg<1> ia, const params<T>& p) {
+  const auto src = p.src;
+  const auto wpk = p.wpk;
+  const auto bias = p.bias;
+  const auto dst = p.dst;
+  const auto N = p.N;
+  const auto Cs = p.Cs;
+  const auto Hs = p.Hs;
+  const auto Ws = p.Ws;
+  const auto sN = p.sN;
+  const auto sC = p.sC;
+  const auto sH = p.sH;
+  const auto sW = p.sW;
+  const auto Cd = p.Cd;
+  const auto Hd = p.Hd;
+  const auto Wd = p.Wd;
+  const auto Cd_pad = p.Cd_pad;
+  const auto G = p.G;
+  const auto KH = p.KH;
+  const auto KW = p.KW;
+  const auto sh = p.sh;
+  const auto sw = p.sw;
+  const auto ph = p.ph;
+  const auto pw = p.pw;
+  const auto dh = p.dh;
+  const auto dw = p.dw;
+  const auto transposed = p.transposed;
+  const auto tiles_per_group = p.tiles_per_group;
+  const auto pixel_major = p.pixel_major;
   using A = acc_t<T>;
-  const auto it = item<1>();
+  const auto it = item(ia);
   const int64_t lane = static_cast<int64_t>(it.get_local_id(0));
   int64_t tile = static_cast<int64_t>(it.get_group(0));
   const int64_t Csg = Cs / G, Cdg = Cd / G;
@@ -207,15 +327,38 @@ XK_ND_KERNEL(1)
 // wpk: packed weight [KH, KW, Cs/G, Cd/G, G_pad] (G_pad = G rounded up to S, zero padded).
 // Other arguments as conv2d_igemm. Launch: nd_range<1>, local size S,
 // global size S * ceil(ceil(N*Hd*Wd / R) / tiles_per_group) * (Cd/G) * (G_pad / S).
-template <typename T, bool DST_CL, int S, int R>
-XK_ND_KERNEL(1)
-[[sycl::reqd_sub_group_size(S)]] void conv2d_igemm_groups(
-    const T* src, const T* wpk, const T* bias, T* dst, int64_t N, int64_t Cs, int64_t Hs, int64_t Ws, int64_t sN,
-    int64_t sC, int64_t sH, int64_t sW, int64_t Cd, int64_t Hd, int64_t Wd, int64_t G_pad, int64_t G, int64_t KH,
-    int64_t KW, int64_t sh, int64_t sw, int64_t ph, int64_t pw, int64_t dh, int64_t dw, int32_t transposed,
-    int64_t tiles_per_group, int32_t /*pixel_major: unused here (grouped weights are small)*/) {
+template <bool DST_CL, int S, int R>
+template <typename T>
+void conv2d_igemm_groups<DST_CL, S, R>::run(item_arg<1> ia, const params<T>& p) {
+  const auto src = p.src;
+  const auto wpk = p.wpk;
+  const auto bias = p.bias;
+  const auto dst = p.dst;
+  const auto N = p.N;
+  const auto Cs = p.Cs;
+  const auto Hs = p.Hs;
+  const auto Ws = p.Ws;
+  const auto sN = p.sN;
+  const auto sC = p.sC;
+  const auto sH = p.sH;
+  const auto sW = p.sW;
+  const auto Cd = p.Cd;
+  const auto Hd = p.Hd;
+  const auto Wd = p.Wd;
+  const auto G_pad = p.G_pad;
+  const auto G = p.G;
+  const auto KH = p.KH;
+  const auto KW = p.KW;
+  const auto sh = p.sh;
+  const auto sw = p.sw;
+  const auto ph = p.ph;
+  const auto pw = p.pw;
+  const auto dh = p.dh;
+  const auto dw = p.dw;
+  const auto transposed = p.transposed;
+  const auto tiles_per_group = p.tiles_per_group;
   using A = acc_t<T>;
-  const auto it = item<1>();
+  const auto it = item(ia);
   const int64_t lane = static_cast<int64_t>(it.get_local_id(0));
   int64_t tile = static_cast<int64_t>(it.get_group(0));
   const int64_t Csg = Cs / G, Cdg = Cd / G;
@@ -289,14 +432,36 @@ XK_ND_KERNEL(1)
 // output channels (masked loads past Opg), the R input-channel values are uniform scalars.
 // Launch: nd_range<1>, local size S,
 // global size S * splits * G * KH * KW * ceil(Cpg / R) * (Opg_pad / (S*Q)).
-template <typename T, int S, int R, int Q>
-XK_ND_KERNEL(1)
-[[sycl::reqd_sub_group_size(S)]] void conv2d_grad_weight(
-    const T* go, const T* x, acc_t<T>* part, int64_t N, int64_t C, int64_t H, int64_t W, int64_t sN, int64_t sC,
-    int64_t sH, int64_t sW, int64_t O, int64_t OH, int64_t OW, int64_t Opg_pad, int64_t G, int64_t KH, int64_t KW,
-    int64_t sh, int64_t sw, int64_t ph, int64_t pw, int64_t dh, int64_t dw, int64_t splits) {
+template <int S, int R, int Q>
+template <typename T>
+void conv2d_grad_weight<S, R, Q>::run(item_arg<1> ia, const params<T>& p) {
+  const auto go = p.go;
+  const auto x = p.x;
+  const auto part = p.part;
+  const auto N = p.N;
+  const auto C = p.C;
+  const auto H = p.H;
+  const auto W = p.W;
+  const auto sN = p.sN;
+  const auto sC = p.sC;
+  const auto sH = p.sH;
+  const auto sW = p.sW;
+  const auto O = p.O;
+  const auto OH = p.OH;
+  const auto OW = p.OW;
+  const auto Opg_pad = p.Opg_pad;
+  const auto G = p.G;
+  const auto KH = p.KH;
+  const auto KW = p.KW;
+  const auto sh = p.sh;
+  const auto sw = p.sw;
+  const auto ph = p.ph;
+  const auto pw = p.pw;
+  const auto dh = p.dh;
+  const auto dw = p.dw;
+  const auto splits = p.splits;
   using A = acc_t<T>;
-  const auto it = item<1>();
+  const auto it = item(ia);
   const int64_t lane = static_cast<int64_t>(it.get_local_id(0));
   int64_t tile = static_cast<int64_t>(it.get_group(0));
   const int64_t Cpg = C / G, Opg = O / G;
@@ -384,15 +549,40 @@ XK_ND_KERNEL(1)
 // part[s, g, kh, kw, c, o] as conv2d_grad_weight with Opg_pad = Opg (no padding).
 // grad_output [N, O, OH, OW] and input [N, C, H, W] with element strides (gN..gW), (sN..sW).
 // Launch: nd_range<1>, local size S, global size S * splits * ceil(KH*KW / R) * Cpg * Opg * (G_pad / S).
-template <typename T, int S, int R>
-XK_ND_KERNEL(1)
-[[sycl::reqd_sub_group_size(S)]] void conv2d_grad_weight_groups(
-    const T* go, const T* x, acc_t<T>* part, int64_t N, int64_t C, int64_t H, int64_t W, int64_t sN, int64_t sC,
-    int64_t sH, int64_t sW, int64_t O, int64_t OH, int64_t OW, int64_t gN, int64_t gC, int64_t gH, int64_t gW,
-    int64_t G_pad, int64_t G, int64_t KH, int64_t KW, int64_t sh, int64_t sw, int64_t ph, int64_t pw, int64_t dh,
-    int64_t dw, int64_t splits) {
+template <int S, int R>
+template <typename T>
+void conv2d_grad_weight_groups<S, R>::run(item_arg<1> ia, const params<T>& p) {
+  const auto go = p.go;
+  const auto x = p.x;
+  const auto part = p.part;
+  const auto N = p.N;
+  const auto C = p.C;
+  const auto H = p.H;
+  const auto W = p.W;
+  const auto sN = p.sN;
+  const auto sC = p.sC;
+  const auto sH = p.sH;
+  const auto sW = p.sW;
+  const auto O = p.O;
+  const auto OH = p.OH;
+  const auto OW = p.OW;
+  const auto gN = p.gN;
+  const auto gC = p.gC;
+  const auto gH = p.gH;
+  const auto gW = p.gW;
+  const auto G_pad = p.G_pad;
+  const auto G = p.G;
+  const auto KH = p.KH;
+  const auto KW = p.KW;
+  const auto sh = p.sh;
+  const auto sw = p.sw;
+  const auto ph = p.ph;
+  const auto pw = p.pw;
+  const auto dh = p.dh;
+  const auto dw = p.dw;
+  const auto splits = p.splits;
   using A = acc_t<T>;
-  const auto it = item<1>();
+  const auto it = item(ia);
   const int64_t lane = static_cast<int64_t>(it.get_local_id(0));
   int64_t tile = static_cast<int64_t>(it.get_group(0));
   const int64_t Cpg = C / G, Opg = O / G, T_taps = KH * KW;
@@ -468,13 +658,23 @@ XK_ND_KERNEL(1)
 // M = N*OH*OW pixels; grad_output [N, O, OH, OW] has element strides (sN, sC, sH, sW): lanes run
 // over channels, so channels_last (sC = 1) gives vector loads, NCHW gathers.
 // Launch: nd_range<1>, local size S, global size S * splits * (O_pad / S).
-template <typename T, int S>
-XK_ND_KERNEL(1)
-[[sycl::reqd_sub_group_size(S)]] void conv2d_grad_bias(const T* go, acc_t<T>* part, int64_t N, int64_t O,
-                                                       int64_t OH, int64_t OW, int64_t sN, int64_t sC, int64_t sH,
-                                                       int64_t sW, int64_t O_pad, int64_t splits) {
+template <int S>
+template <typename T>
+void conv2d_grad_bias<S>::run(item_arg<1> ia, const params<T>& p) {
+  const auto go = p.go;
+  const auto part = p.part;
+  const auto N = p.N;
+  const auto O = p.O;
+  const auto OH = p.OH;
+  const auto OW = p.OW;
+  const auto sN = p.sN;
+  const auto sC = p.sC;
+  const auto sH = p.sH;
+  const auto sW = p.sW;
+  const auto O_pad = p.O_pad;
+  const auto splits = p.splits;
   using A = acc_t<T>;
-  const auto it = item<1>();
+  const auto it = item(ia);
   const int64_t lane = static_cast<int64_t>(it.get_local_id(0));
   const int64_t tile = static_cast<int64_t>(it.get_group(0));
   const int64_t otiles = O_pad / S;
@@ -510,12 +710,20 @@ XK_ND_KERNEL(1)
 // [g, kh, kw, c, o % Opg] with o padded to Opg_pad. The bias gradient uses G = Cpg = KH = KW = 1.
 // Launch: nd_range<1>, any local size, global size >= total (rounded up to the local size).
 template <typename T>
-XK_ND_KERNEL(1)
-void conv2d_reduce_splits(const acc_t<T>* part, T* dst, int64_t total, int64_t splits, int64_t part_stride,
-                          int64_t G, int64_t Opg, int64_t Opg_pad, int64_t Cpg, int64_t KH, int64_t KW,
-                          int32_t dst_cl) {
+void conv2d_reduce_splits::run(item_arg<1> ia, const params<T>& p) {
+  const auto part = p.part;
+  const auto dst = p.dst;
+  const auto total = p.total;
+  const auto splits = p.splits;
+  const auto part_stride = p.part_stride;
+  const auto Opg = p.Opg;
+  const auto Opg_pad = p.Opg_pad;
+  const auto Cpg = p.Cpg;
+  const auto KH = p.KH;
+  const auto KW = p.KW;
+  const auto dst_cl = p.dst_cl;
   using A = acc_t<T>;
-  const auto it = item<1>();
+  const auto it = item(ia);
   const int64_t e = static_cast<int64_t>(it.get_global_id(0));
   if (e >= total) return;
   int64_t o, c, kh, kw;
@@ -541,91 +749,18 @@ void conv2d_reduce_splits(const acc_t<T>* part, T* dst, int64_t total, int64_t s
   store<T>(dst, e, sum);
 }
 
+// ------------------------------------------------------------------ the op's kernels (variants the host launches)
+// Lane widths S: 16 (float, half, bfloat16) and 8 (double) fill one 512-bit vector on the CPU device;
+// 32 is the width of devices without those sub-group sizes (NVIDIA warps). Tiles (R, Q): wide 6x4 and
+// narrow 8x1 (Conv2dConfig in conv2d.cpp); lanes over groups: 8 pixels, grad_weight over groups: 9 taps.
+template <int S>
+using conv2d_lane_kernels =
+    kernel_list<conv2d_igemm<true, S, 6, 4>, conv2d_igemm<false, S, 6, 4>, conv2d_igemm<true, S, 8, 1>,
+                conv2d_igemm<false, S, 8, 1>, conv2d_igemm_groups<true, S, 8>, conv2d_igemm_groups<false, S, 8>,
+                conv2d_grad_weight<S, 6, 4>, conv2d_grad_weight<S, 8, 1>, conv2d_grad_weight_groups<S, 9>,
+                conv2d_grad_bias<S>>;
+using conv2d_kernels =
+    concat_t<conv2d_lane_kernels<16>, conv2d_lane_kernels<8>, conv2d_lane_kernels<32>, kernel_list<conv2d_reduce_splits>>;
+
 }  // namespace xk
 
-// Ahead-of-time kernel names (docs/oneapi.md): every registered name the host code asks for, for every
-// dtype and the sub-group profiles of scripts/aot_kernel_names.py, which writes and checks this list.
-// xkernels-aot: xk::conv2d_igemm<float, true, 16, 6, 4>
-// xkernels-aot: xk::conv2d_igemm<float, false, 16, 6, 4>
-// xkernels-aot: xk::conv2d_grad_weight<float, 16, 6, 4>
-// xkernels-aot: xk::conv2d_igemm<float, true, 16, 8, 1>
-// xkernels-aot: xk::conv2d_igemm<float, false, 16, 8, 1>
-// xkernels-aot: xk::conv2d_grad_weight<float, 16, 8, 1>
-// xkernels-aot: xk::conv2d_igemm_groups<float, true, 16, 8>
-// xkernels-aot: xk::conv2d_igemm_groups<float, false, 16, 8>
-// xkernels-aot: xk::conv2d_grad_weight_groups<float, 16, 9>
-// xkernels-aot: xk::conv2d_grad_bias<float, 16>
-// xkernels-aot: xk::conv2d_reduce_splits<float>
-// xkernels-aot: xk::conv2d_igemm<sycl::ext::oneapi::bfloat16, true, 16, 6, 4>
-// xkernels-aot: xk::conv2d_igemm<sycl::ext::oneapi::bfloat16, false, 16, 6, 4>
-// xkernels-aot: xk::conv2d_grad_weight<sycl::ext::oneapi::bfloat16, 16, 6, 4>
-// xkernels-aot: xk::conv2d_igemm<sycl::ext::oneapi::bfloat16, true, 16, 8, 1>
-// xkernels-aot: xk::conv2d_igemm<sycl::ext::oneapi::bfloat16, false, 16, 8, 1>
-// xkernels-aot: xk::conv2d_grad_weight<sycl::ext::oneapi::bfloat16, 16, 8, 1>
-// xkernels-aot: xk::conv2d_igemm_groups<sycl::ext::oneapi::bfloat16, true, 16, 8>
-// xkernels-aot: xk::conv2d_igemm_groups<sycl::ext::oneapi::bfloat16, false, 16, 8>
-// xkernels-aot: xk::conv2d_grad_weight_groups<sycl::ext::oneapi::bfloat16, 16, 9>
-// xkernels-aot: xk::conv2d_grad_bias<sycl::ext::oneapi::bfloat16, 16>
-// xkernels-aot: xk::conv2d_reduce_splits<sycl::ext::oneapi::bfloat16>
-// xkernels-aot: xk::conv2d_igemm<sycl::half, true, 16, 6, 4>
-// xkernels-aot: xk::conv2d_igemm<sycl::half, false, 16, 6, 4>
-// xkernels-aot: xk::conv2d_grad_weight<sycl::half, 16, 6, 4>
-// xkernels-aot: xk::conv2d_igemm<sycl::half, true, 16, 8, 1>
-// xkernels-aot: xk::conv2d_igemm<sycl::half, false, 16, 8, 1>
-// xkernels-aot: xk::conv2d_grad_weight<sycl::half, 16, 8, 1>
-// xkernels-aot: xk::conv2d_igemm_groups<sycl::half, true, 16, 8>
-// xkernels-aot: xk::conv2d_igemm_groups<sycl::half, false, 16, 8>
-// xkernels-aot: xk::conv2d_grad_weight_groups<sycl::half, 16, 9>
-// xkernels-aot: xk::conv2d_grad_bias<sycl::half, 16>
-// xkernels-aot: xk::conv2d_reduce_splits<sycl::half>
-// xkernels-aot: xk::conv2d_igemm<double, true, 8, 6, 4>
-// xkernels-aot: xk::conv2d_igemm<double, false, 8, 6, 4>
-// xkernels-aot: xk::conv2d_grad_weight<double, 8, 6, 4>
-// xkernels-aot: xk::conv2d_igemm<double, true, 8, 8, 1>
-// xkernels-aot: xk::conv2d_igemm<double, false, 8, 8, 1>
-// xkernels-aot: xk::conv2d_grad_weight<double, 8, 8, 1>
-// xkernels-aot: xk::conv2d_igemm_groups<double, true, 8, 8>
-// xkernels-aot: xk::conv2d_igemm_groups<double, false, 8, 8>
-// xkernels-aot: xk::conv2d_grad_weight_groups<double, 8, 9>
-// xkernels-aot: xk::conv2d_grad_bias<double, 8>
-// xkernels-aot: xk::conv2d_reduce_splits<double>
-// xkernels-aot: xk::conv2d_igemm<double, true, 32, 6, 4>
-// xkernels-aot: xk::conv2d_igemm<double, false, 32, 6, 4>
-// xkernels-aot: xk::conv2d_grad_weight<double, 32, 6, 4>
-// xkernels-aot: xk::conv2d_igemm<double, true, 32, 8, 1>
-// xkernels-aot: xk::conv2d_igemm<double, false, 32, 8, 1>
-// xkernels-aot: xk::conv2d_grad_weight<double, 32, 8, 1>
-// xkernels-aot: xk::conv2d_igemm_groups<double, true, 32, 8>
-// xkernels-aot: xk::conv2d_igemm_groups<double, false, 32, 8>
-// xkernels-aot: xk::conv2d_grad_weight_groups<double, 32, 9>
-// xkernels-aot: xk::conv2d_grad_bias<double, 32>
-// xkernels-aot: xk::conv2d_igemm<float, true, 32, 6, 4>
-// xkernels-aot: xk::conv2d_igemm<float, false, 32, 6, 4>
-// xkernels-aot: xk::conv2d_grad_weight<float, 32, 6, 4>
-// xkernels-aot: xk::conv2d_igemm<float, true, 32, 8, 1>
-// xkernels-aot: xk::conv2d_igemm<float, false, 32, 8, 1>
-// xkernels-aot: xk::conv2d_grad_weight<float, 32, 8, 1>
-// xkernels-aot: xk::conv2d_igemm_groups<float, true, 32, 8>
-// xkernels-aot: xk::conv2d_igemm_groups<float, false, 32, 8>
-// xkernels-aot: xk::conv2d_grad_weight_groups<float, 32, 9>
-// xkernels-aot: xk::conv2d_grad_bias<float, 32>
-// xkernels-aot: xk::conv2d_igemm<sycl::ext::oneapi::bfloat16, true, 32, 6, 4>
-// xkernels-aot: xk::conv2d_igemm<sycl::ext::oneapi::bfloat16, false, 32, 6, 4>
-// xkernels-aot: xk::conv2d_grad_weight<sycl::ext::oneapi::bfloat16, 32, 6, 4>
-// xkernels-aot: xk::conv2d_igemm<sycl::ext::oneapi::bfloat16, true, 32, 8, 1>
-// xkernels-aot: xk::conv2d_igemm<sycl::ext::oneapi::bfloat16, false, 32, 8, 1>
-// xkernels-aot: xk::conv2d_grad_weight<sycl::ext::oneapi::bfloat16, 32, 8, 1>
-// xkernels-aot: xk::conv2d_igemm_groups<sycl::ext::oneapi::bfloat16, true, 32, 8>
-// xkernels-aot: xk::conv2d_igemm_groups<sycl::ext::oneapi::bfloat16, false, 32, 8>
-// xkernels-aot: xk::conv2d_grad_weight_groups<sycl::ext::oneapi::bfloat16, 32, 9>
-// xkernels-aot: xk::conv2d_grad_bias<sycl::ext::oneapi::bfloat16, 32>
-// xkernels-aot: xk::conv2d_igemm<sycl::half, true, 32, 6, 4>
-// xkernels-aot: xk::conv2d_igemm<sycl::half, false, 32, 6, 4>
-// xkernels-aot: xk::conv2d_grad_weight<sycl::half, 32, 6, 4>
-// xkernels-aot: xk::conv2d_igemm<sycl::half, true, 32, 8, 1>
-// xkernels-aot: xk::conv2d_igemm<sycl::half, false, 32, 8, 1>
-// xkernels-aot: xk::conv2d_grad_weight<sycl::half, 32, 8, 1>
-// xkernels-aot: xk::conv2d_igemm_groups<sycl::half, true, 32, 8>
-// xkernels-aot: xk::conv2d_igemm_groups<sycl::half, false, 32, 8>
-// xkernels-aot: xk::conv2d_grad_weight_groups<sycl::half, 32, 9>
-// xkernels-aot: xk::conv2d_grad_bias<sycl::half, 32>

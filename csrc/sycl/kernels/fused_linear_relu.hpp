@@ -77,14 +77,114 @@ struct TiledTile {
   static constexpr int kKSlice = 16;
 };
 
-// Device-only spellings (the host compiler sees this file for the constants above only).
+// Device-only spelling (the host compiler sees this file for the table and constants only).
 #ifdef __SYCL_DEVICE_ONLY__
-#define XK_LINEAR_SUB_GROUP_16 [[sycl::reqd_sub_group_size(16)]]
 #define XK_LINEAR_UNROLL _Pragma("unroll")
 #else
-#define XK_LINEAR_SUB_GROUP_16
 #define XK_LINEAR_UNROLL
 #endif
+
+// ------------------------------------------------------------------ the table (kernel descriptors)
+template <typename T> struct linear_gemm_panel_params {
+  const T* A;
+  int64_t a_rs, a_ks;
+  const T* B;
+  int64_t ldb, b_panel_stride;
+  const T* bias;
+  T* C;
+  int64_t ldc;
+  acc_t<T>* partial;
+  int64_t M, N, K, k_block, row_groups;
+};
+template <bool BIAS, bool RELU>
+struct linear_gemm_panel {
+  static constexpr int dims = 1;
+  static constexpr int sub_group = 16;
+  using types = float_types;
+  template <typename T> using params = linear_gemm_panel_params<T>;
+  template <typename T> static void run(item_arg<1> ia, const params<T>& p);
+};
+
+template <typename T> struct linear_pack_panels_params {
+  const T* B;
+  int64_t b_ks, b_ns;
+  T* packed;
+  int64_t K, N, k_chunk, k_chunks;
+};
+struct linear_pack_panels {
+  static constexpr int dims = 1;
+  static constexpr int sub_group = 16;
+  using types = float_types;
+  template <typename T> using params = linear_pack_panels_params<T>;
+  template <typename T> static void run(item_arg<1> ia, const params<T>& p);
+};
+
+template <typename T> struct linear_gemm_dot_params {
+  const T* A;
+  int64_t lda;
+  const T* Bt;
+  int64_t ldb;
+  const T* bias;
+  T* C;
+  int64_t ldc, M, N, K, row_tiles;
+};
+template <bool BIAS, bool RELU>
+struct linear_gemm_dot {
+  static constexpr int dims = 1;
+  static constexpr int sub_group = 16;
+  using types = float_types;
+  template <typename T> using params = linear_gemm_dot_params<T>;
+  template <typename T> static void run(item_arg<1> ia, const params<T>& p);
+};
+
+template <typename T> struct linear_gemm_tiled_params {
+  const T* A;
+  int64_t a_rs, a_ks;
+  const T* B;
+  int64_t b_ks, b_ns;
+  const T* bias;
+  T* C;
+  int64_t ldc, M, N, K;
+};
+template <bool BIAS, bool RELU>
+struct linear_gemm_tiled {
+  static constexpr int dims = 2;
+  using types = float_types;
+  template <typename T> using params = linear_gemm_tiled_params<T>;
+  // The A and B K-slices staged in work-group local memory.
+  template <typename T> struct local_t {
+    acc_t<T> a[TiledTile::kKSlice][TiledTile::kTile];
+    acc_t<T> b[TiledTile::kKSlice][TiledTile::kTile];
+  };
+  template <typename T> static void run(item_arg<2> ia, const params<T>& p, local_t<T>& scratch);
+};
+
+template <typename T> struct linear_relu_grad_params {
+  const T* grad_output;
+  const T* output;
+  T* grad_pre;
+  acc_t<T>* partial;
+  int64_t M, N, rows_per_chunk;
+};
+template <bool COLSUM>
+struct linear_relu_grad {
+  static constexpr int dims = 2;
+  using types = float_types;
+  template <typename T> using params = linear_relu_grad_params<T>;
+  template <typename T> static void run(item_arg<2> ia, const params<T>& p);
+};
+
+template <typename T> struct linear_column_sum_params {
+  const acc_t<T>* partial;
+  T* out;
+  int64_t R, N;
+};
+struct linear_column_sum {
+  static constexpr int dims = 1;
+  using types = float_types;
+  template <typename T> using params = linear_column_sum_params<T>;
+  template <typename T> static void run(item_arg<1> ia, const params<T>& p);
+};
 
 // ------------------------------------------------------------------ CPU: register-blocked panel
 namespace linear_detail {
@@ -152,14 +252,26 @@ inline void panel_tile(const T* A, int64_t a_rs, int64_t a_ks, const T* Bp, int6
 // Launch: 1-D, local size 16, one work-group per (row group, column panel); row groups vary
 // fastest so consecutive work-groups share a B panel. `partial` may alias C when T is the
 // accumulation type; it is only touched when K > k_block.
-template <typename T, bool BIAS, bool RELU>
-XK_ND_KERNEL(1)
-XK_LINEAR_SUB_GROUP_16 void linear_gemm_panel(const T* A, int64_t a_rs, int64_t a_ks, const T* B, int64_t ldb,
-                                              int64_t b_panel_stride, const T* bias, T* C, int64_t ldc,
-                                              acc_t<T>* partial, int64_t M, int64_t N, int64_t K, int64_t k_block,
-                                              int64_t row_groups) {
+template <bool BIAS, bool RELU>
+template <typename T>
+void linear_gemm_panel<BIAS, RELU>::run(item_arg<1> ia, const params<T>& p) {
+  const auto A = p.A;
+  const auto a_rs = p.a_rs;
+  const auto a_ks = p.a_ks;
+  const auto B = p.B;
+  const auto ldb = p.ldb;
+  const auto b_panel_stride = p.b_panel_stride;
+  const auto bias = p.bias;
+  const auto C = p.C;
+  const auto ldc = p.ldc;
+  const auto partial = p.partial;
+  const auto M = p.M;
+  const auto N = p.N;
+  const auto K = p.K;
+  const auto k_block = p.k_block;
+  const auto row_groups = p.row_groups;
   using G = PanelTile<T>;
-  const auto it = item<1>();
+  const auto it = item(ia);
   const int lane = static_cast<int>(it.get_local_id(0));
   const int64_t g = static_cast<int64_t>(it.get_group(0));
   const int64_t rg = g % row_groups, panel = g / row_groups;
@@ -190,12 +302,18 @@ XK_LINEAR_SUB_GROUP_16 void linear_gemm_panel(const T* A, int64_t a_rs, int64_t 
 // that cannot avoid one strided side, kept to the read side so the stores stay contiguous.
 // Launch: 1-D, local size 16, one work-group per (k chunk, panel), k chunks fastest.
 template <typename T>
-XK_ND_KERNEL(1)
-XK_LINEAR_SUB_GROUP_16 void linear_pack_panels(const T* B, int64_t b_ks, int64_t b_ns, T* packed, int64_t K,
-                                               int64_t N, int64_t k_chunk, int64_t k_chunks) {
+void linear_pack_panels::run(item_arg<1> ia, const params<T>& p) {
+  const auto B = p.B;
+  const auto b_ks = p.b_ks;
+  const auto b_ns = p.b_ns;
+  const auto packed = p.packed;
+  const auto K = p.K;
+  const auto N = p.N;
+  const auto k_chunk = p.k_chunk;
+  const auto k_chunks = p.k_chunks;
   using G = PanelTile<T>;
   constexpr int V = G::kColVecs, S = G::kSubGroup;
-  const auto it = item<1>();
+  const auto it = item(ia);
   const int lane = static_cast<int>(it.get_local_id(0));
   const int64_t g = static_cast<int64_t>(it.get_group(0));
   const int64_t panel = g / k_chunks, k0 = (g % k_chunks) * k_chunk;
@@ -222,14 +340,24 @@ XK_LINEAR_SUB_GROUP_16 void linear_pack_panels(const T* B, int64_t b_ks, int64_t
 // ------------------------------------------------------------------ CPU: dot products along k
 // C[m, n] = epilogue( sum_k A[m * lda + k] * Bt[n * ldb + k] ).
 // Launch: 1-D, local size 16, one work-group per (row tile, column tile); row tiles fastest.
-template <typename T, bool BIAS, bool RELU>
-XK_ND_KERNEL(1)
-XK_LINEAR_SUB_GROUP_16 void linear_gemm_dot(const T* A, int64_t lda, const T* Bt, int64_t ldb, const T* bias, T* C,
-                                            int64_t ldc, int64_t M, int64_t N, int64_t K, int64_t row_tiles) {
+template <bool BIAS, bool RELU>
+template <typename T>
+void linear_gemm_dot<BIAS, RELU>::run(item_arg<1> ia, const params<T>& p) {
+  const auto A = p.A;
+  const auto lda = p.lda;
+  const auto Bt = p.Bt;
+  const auto ldb = p.ldb;
+  const auto bias = p.bias;
+  const auto C = p.C;
+  const auto ldc = p.ldc;
+  const auto M = p.M;
+  const auto N = p.N;
+  const auto K = p.K;
+  const auto row_tiles = p.row_tiles;
   using acc = acc_t<T>;
   using G = DotTile<T>;
   constexpr int R = G::kRows, Q = G::kCols, S = G::kSubGroup;
-  const auto it = item<1>();
+  const auto it = item(ia);
   const auto sg = it.get_sub_group();
   const int lane = static_cast<int>(it.get_local_id(0));
   const int64_t g = static_cast<int64_t>(it.get_group(0));
@@ -275,7 +403,7 @@ XK_LINEAR_SUB_GROUP_16 void linear_gemm_dot(const T* A, int64_t lda, const T* Bt
   for (int i = 0; i < R; ++i)
     XK_LINEAR_UNROLL
     for (int j = 0; j < Q; ++j) {
-      acc v = sycl::reduce_over_group(sg, c[i][j], sycl::plus<acc>());
+      acc v = lanes_sum(it, c[i][j]);  // the work-group's 16 lanes (one sub-group under DPC++)
       if constexpr (BIAS) v = v + linear_detail::ld(bias + col[j]);
       if constexpr (RELU) v = v < acc(0) ? acc(0) : v;
       if (lane == 0 && m0 + i < M && n0 + j < N) C[row[i] * ldc + col[j]] = from_acc<T>(v);
@@ -285,19 +413,28 @@ XK_LINEAR_SUB_GROUP_16 void linear_gemm_dot(const T* A, int64_t lda, const T* Bt
 // ------------------------------------------------------------------ GPU: local-memory tiles
 // C[m, n] = epilogue( sum_k A[m * a_rs + k * a_ks] * B[k * b_ks + n * b_ns] ).
 // Launch: 2-D, local {16, 16}, global {ceil(M/64)*16, ceil(N/64)*16}.
-template <typename T, bool BIAS, bool RELU>
-XK_ND_KERNEL(2)
-void linear_gemm_tiled(const T* A, int64_t a_rs, int64_t a_ks, const T* B, int64_t b_ks, int64_t b_ns,
-                       const T* bias, T* C, int64_t ldc, int64_t M, int64_t N, int64_t K) {
+template <bool BIAS, bool RELU>
+template <typename T>
+void linear_gemm_tiled<BIAS, RELU>::run(item_arg<2> ia, const params<T>& p, local_t<T>& scratch) {
+  const auto A = p.A;
+  const auto a_rs = p.a_rs;
+  const auto a_ks = p.a_ks;
+  const auto B = p.B;
+  const auto b_ks = p.b_ks;
+  const auto b_ns = p.b_ns;
+  const auto bias = p.bias;
+  const auto C = p.C;
+  const auto ldc = p.ldc;
+  const auto M = p.M;
+  const auto N = p.N;
+  const auto K = p.K;
   using acc = acc_t<T>;
   using G = TiledTile;
   constexpr int L = G::kLocal, TILE = G::kTile, P = G::kPerItem, KS = G::kKSlice;
-  static syclexp::work_group_static<acc[KS][TILE]> a_tile;
-  static syclexp::work_group_static<acc[KS][TILE]> b_tile;
-  acc(&as)[KS][TILE] = a_tile;
-  acc(&bs)[KS][TILE] = b_tile;
+  acc(&as)[KS][TILE] = scratch.a;
+  acc(&bs)[KS][TILE] = scratch.b;
 
-  const auto it = item<2>();
+  const auto it = item(ia);
   const int ty = static_cast<int>(it.get_local_id(0)), tx = static_cast<int>(it.get_local_id(1));
   const int tid = ty * L + tx;
   const int64_t m0 = static_cast<int64_t>(it.get_group(0)) * TILE;
@@ -358,12 +495,18 @@ void linear_gemm_tiled(const T* A, int64_t a_rs, int64_t a_ks, const T* B, int64
 // also the column sums of grad_pre over the rows [chunk * rows_per_chunk, ...) into
 // partial[chunk, n] (acc type); linear_column_sum finishes grad_bias from them.
 // Launch: 2-D, global {chunks, ceil(N/16)*16}, local {1, 16}.
-template <typename T, bool COLSUM>
-XK_ND_KERNEL(2)
-void linear_relu_grad(const T* grad_output, const T* output, T* grad_pre, acc_t<T>* partial, int64_t M,
-                      int64_t N, int64_t rows_per_chunk) {
+template <bool COLSUM>
+template <typename T>
+void linear_relu_grad<COLSUM>::run(item_arg<2> ia, const params<T>& p) {
+  const auto grad_output = p.grad_output;
+  const auto output = p.output;
+  const auto grad_pre = p.grad_pre;
+  const auto partial = p.partial;
+  const auto M = p.M;
+  const auto N = p.N;
+  const auto rows_per_chunk = p.rows_per_chunk;
   using acc = acc_t<T>;
-  const auto it = item<2>();
+  const auto it = item(ia);
   const int64_t chunk = static_cast<int64_t>(it.get_global_id(0));
   const int64_t n = static_cast<int64_t>(it.get_global_id(1));
   if (n >= N) return;
@@ -381,10 +524,13 @@ void linear_relu_grad(const T* grad_output, const T* output, T* grad_pre, acc_t<
 
 // out[n] = sum_r partial[r, n], rounded once to T. Launch: 1-D, global ceil(N/16)*16, local 16.
 template <typename T>
-XK_ND_KERNEL(1)
-void linear_column_sum(const acc_t<T>* partial, T* out, int64_t R, int64_t N) {
+void linear_column_sum::run(item_arg<1> ia, const params<T>& p) {
+  const auto partial = p.partial;
+  const auto out = p.out;
+  const auto R = p.R;
+  const auto N = p.N;
   using acc = acc_t<T>;
-  const auto it = item<1>();
+  const auto it = item(ia);
   const int64_t n = static_cast<int64_t>(it.get_global_id(0));
   if (n >= N) return;
   acc s = acc(0);
@@ -392,55 +538,11 @@ void linear_column_sum(const acc_t<T>* partial, T* out, int64_t R, int64_t N) {
   out[n] = from_acc<T>(s);
 }
 
-}  // namespace xk
+// ------------------------------------------------------------------ the op's kernels (variants the host launches)
+using fused_linear_relu_kernels =
+    kernel_list<linear_gemm_panel<true, true>, linear_gemm_panel<false, true>, linear_gemm_panel<false, false>,
+                linear_gemm_dot<true, true>, linear_gemm_dot<false, true>, linear_gemm_tiled<true, true>,
+                linear_gemm_tiled<false, true>, linear_gemm_tiled<false, false>, linear_relu_grad<true>,
+                linear_relu_grad<false>, linear_column_sum, linear_pack_panels>;
 
-// Ahead-of-time kernel names (docs/oneapi.md): every registered name the host code asks for, for every
-// dtype and the sub-group profiles of scripts/aot_kernel_names.py, which writes and checks this list.
-// xkernels-aot: xk::linear_gemm_tiled<float, true, true>
-// xkernels-aot: xk::linear_gemm_panel<float, true, true>
-// xkernels-aot: xk::linear_gemm_dot<float, true, true>
-// xkernels-aot: xk::linear_gemm_tiled<float, false, true>
-// xkernels-aot: xk::linear_gemm_panel<float, false, true>
-// xkernels-aot: xk::linear_gemm_dot<float, false, true>
-// xkernels-aot: xk::linear_gemm_tiled<float, false, false>
-// xkernels-aot: xk::linear_gemm_panel<float, false, false>
-// xkernels-aot: xk::linear_relu_grad<float, true>
-// xkernels-aot: xk::linear_relu_grad<float, false>
-// xkernels-aot: xk::linear_column_sum<float>
-// xkernels-aot: xk::linear_pack_panels<float>
-// xkernels-aot: xk::linear_gemm_tiled<sycl::ext::oneapi::bfloat16, true, true>
-// xkernels-aot: xk::linear_gemm_panel<sycl::ext::oneapi::bfloat16, true, true>
-// xkernels-aot: xk::linear_gemm_dot<sycl::ext::oneapi::bfloat16, true, true>
-// xkernels-aot: xk::linear_gemm_tiled<sycl::ext::oneapi::bfloat16, false, true>
-// xkernels-aot: xk::linear_gemm_panel<sycl::ext::oneapi::bfloat16, false, true>
-// xkernels-aot: xk::linear_gemm_dot<sycl::ext::oneapi::bfloat16, false, true>
-// xkernels-aot: xk::linear_gemm_tiled<sycl::ext::oneapi::bfloat16, false, false>
-// xkernels-aot: xk::linear_gemm_panel<sycl::ext::oneapi::bfloat16, false, false>
-// xkernels-aot: xk::linear_relu_grad<sycl::ext::oneapi::bfloat16, true>
-// xkernels-aot: xk::linear_relu_grad<sycl::ext::oneapi::bfloat16, false>
-// xkernels-aot: xk::linear_column_sum<sycl::ext::oneapi::bfloat16>
-// xkernels-aot: xk::linear_pack_panels<sycl::ext::oneapi::bfloat16>
-// xkernels-aot: xk::linear_gemm_tiled<sycl::half, true, true>
-// xkernels-aot: xk::linear_gemm_panel<sycl::half, true, true>
-// xkernels-aot: xk::linear_gemm_dot<sycl::half, true, true>
-// xkernels-aot: xk::linear_gemm_tiled<sycl::half, false, true>
-// xkernels-aot: xk::linear_gemm_panel<sycl::half, false, true>
-// xkernels-aot: xk::linear_gemm_dot<sycl::half, false, true>
-// xkernels-aot: xk::linear_gemm_tiled<sycl::half, false, false>
-// xkernels-aot: xk::linear_gemm_panel<sycl::half, false, false>
-// xkernels-aot: xk::linear_relu_grad<sycl::half, true>
-// xkernels-aot: xk::linear_relu_grad<sycl::half, false>
-// xkernels-aot: xk::linear_column_sum<sycl::half>
-// xkernels-aot: xk::linear_pack_panels<sycl::half>
-// xkernels-aot: xk::linear_gemm_tiled<double, true, true>
-// xkernels-aot: xk::linear_gemm_panel<double, true, true>
-// xkernels-aot: xk::linear_gemm_dot<double, true, true>
-// xkernels-aot: xk::linear_gemm_tiled<double, false, true>
-// xkernels-aot: xk::linear_gemm_panel<double, false, true>
-// xkernels-aot: xk::linear_gemm_dot<double, false, true>
-// xkernels-aot: xk::linear_gemm_tiled<double, false, false>
-// xkernels-aot: xk::linear_gemm_panel<double, false, false>
-// xkernels-aot: xk::linear_relu_grad<double, true>
-// xkernels-aot: xk::linear_relu_grad<double, false>
-// xkernels-aot: xk::linear_column_sum<double>
-// xkernels-aot: xk::linear_pack_panels<double>
+}  // namespace xk

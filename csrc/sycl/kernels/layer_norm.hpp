@@ -1,4 +1,4 @@
-// layer_norm SYCL kernels (single source; see common.hpp for the rules).
+// layer_norm SYCL kernels in the portable form (common.hpp): the op's kernel table, then the bodies.
 //
 // Rows of length N, M rows, contiguous. Statistics in the accumulation type acc_t<T>.
 //  * layer_norm_fwd:     one sub-group per row (rows grid-strided, so any launch covers any
@@ -17,12 +17,88 @@
 
 namespace xk {
 
+// ------------------------------------------------------------------ the table
+template <typename T> struct layer_norm_fwd_params {
+  const T* x;
+  const T* w;         // null: no weight
+  const T* b;         // null: no bias
+  T* y;               // may be x (in place)
+  acc_t<T>* mean;     // null: statistics not saved (layer_norm.out)
+  acc_t<T>* rstd;
+  int64_t M, N;
+  acc_t<T> eps;
+};
+struct layer_norm_fwd {
+  static constexpr int dims = 1;
+  using types = float_types;
+  template <typename T> using params = layer_norm_fwd_params<T>;
+  template <typename T> static void run(item_arg<1> ia, const params<T>& p);
+};
+
+template <typename T> struct layer_norm_bwd_dx_params {
+  const T* dy;
+  const T* x;
+  const acc_t<T>* mean;
+  const acc_t<T>* rstd;
+  const T* w;  // null: no weight
+  T* dx;
+  int64_t M, N;
+};
+struct layer_norm_bwd_dx {
+  static constexpr int dims = 1;
+  using types = float_types;
+  template <typename T> using params = layer_norm_bwd_dx_params<T>;
+  template <typename T> static void run(item_arg<1> ia, const params<T>& p);
+};
+
+template <typename T> struct layer_norm_bwd_wb_partial_params {
+  const T* dy;
+  const T* x;
+  const acc_t<T>* mean;
+  const acc_t<T>* rstd;
+  acc_t<T>* part_w;  // [blocks, N]; null: no weight grad
+  acc_t<T>* part_b;  // [blocks, N]; null: no bias grad
+  int64_t M, N, rows_per_block;
+};
+struct layer_norm_bwd_wb_partial {
+  static constexpr int dims = 1;
+  using types = float_types;
+  template <typename T> using params = layer_norm_bwd_wb_partial_params<T>;
+  template <typename T> static void run(item_arg<1> ia, const params<T>& p);
+};
+
+template <typename T> struct layer_norm_bwd_wb_final_params {
+  const acc_t<T>* part_w;
+  const acc_t<T>* part_b;
+  T* dw;  // null: not wanted
+  T* db;
+  int64_t blocks, N;
+};
+struct layer_norm_bwd_wb_final {
+  static constexpr int dims = 1;
+  using types = float_types;
+  template <typename T> using params = layer_norm_bwd_wb_final_params<T>;
+  template <typename T> static void run(item_arg<1> ia, const params<T>& p);
+};
+
+using layer_norm_kernels =
+    kernel_list<layer_norm_fwd, layer_norm_bwd_dx, layer_norm_bwd_wb_partial, layer_norm_bwd_wb_final>;
+
+// ------------------------------------------------------------------ bodies
+
 template <typename T>
-XK_ND_KERNEL(1)
-void layer_norm_fwd(const T* x, const T* w, const T* b, T* y, acc_t<T>* mean, acc_t<T>* rstd, int64_t M, int64_t N,
-                    acc_t<T> eps) {
+void layer_norm_fwd::run(item_arg<1> ia, const params<T>& p) {
+  const auto x = p.x;
+  const auto w = p.w;
+  const auto b = p.b;
+  const auto y = p.y;
+  const auto mean = p.mean;
+  const auto rstd = p.rstd;
+  const auto M = p.M;
+  const auto N = p.N;
+  const auto eps = p.eps;
   using A = acc_t<T>;
-  const sycl::nd_item<1> it = item<1>();
+  const sycl::nd_item<1> it = item(ia);
   const sycl::sub_group sg = it.get_sub_group();
   const int64_t lane = sg.get_local_linear_id();
   const int64_t width = sg.get_local_linear_range();
@@ -95,11 +171,17 @@ void layer_norm_fwd(const T* x, const T* w, const T* b, T* y, acc_t<T>* mean, ac
 }
 
 template <typename T>
-XK_ND_KERNEL(1)
-void layer_norm_bwd_dx(const T* dy, const T* x, const acc_t<T>* mean, const acc_t<T>* rstd, const T* w, T* dx,
-                       int64_t M, int64_t N) {
+void layer_norm_bwd_dx::run(item_arg<1> ia, const params<T>& p) {
+  const auto dy = p.dy;
+  const auto x = p.x;
+  const auto mean = p.mean;
+  const auto rstd = p.rstd;
+  const auto w = p.w;
+  const auto dx = p.dx;
+  const auto M = p.M;
+  const auto N = p.N;
   using A = acc_t<T>;
-  const sycl::nd_item<1> it = item<1>();
+  const sycl::nd_item<1> it = item(ia);
   const sycl::sub_group sg = it.get_sub_group();
   const int64_t lane = sg.get_local_linear_id();
   const int64_t width = sg.get_local_linear_range();
@@ -134,11 +216,18 @@ void layer_norm_bwd_dx(const T* dy, const T* x, const acc_t<T>* mean, const acc_
 // cache) while the rows are read front to back. Reading column tiles down the rows instead (one
 // column per work-item) was 3x slower on the CPU device at 4096 x 1024 (a new page every row).
 template <typename T>
-XK_ND_KERNEL(1)
-void layer_norm_bwd_wb_partial(const T* dy, const T* x, const acc_t<T>* mean, const acc_t<T>* rstd,
-                               acc_t<T>* part_w, acc_t<T>* part_b, int64_t M, int64_t N, int64_t rows_per_block) {
+void layer_norm_bwd_wb_partial::run(item_arg<1> ia, const params<T>& p) {
+  const auto dy = p.dy;
+  const auto x = p.x;
+  const auto mean = p.mean;
+  const auto rstd = p.rstd;
+  const auto part_w = p.part_w;
+  const auto part_b = p.part_b;
+  const auto M = p.M;
+  const auto N = p.N;
+  const auto rows_per_block = p.rows_per_block;
   using A = acc_t<T>;
-  const sycl::nd_item<1> it = item<1>();
+  const sycl::nd_item<1> it = item(ia);
   const sycl::sub_group sg = it.get_sub_group();
   const int64_t lane = sg.get_local_linear_id();
   const int64_t width = sg.get_local_linear_range();
@@ -174,11 +263,15 @@ void layer_norm_bwd_wb_partial(const T* dy, const T* x, const acc_t<T>* mean, co
 
 // Stage 2 over >= N work-items: column j sums its `blocks` partials.
 template <typename T>
-XK_ND_KERNEL(1)
-void layer_norm_bwd_wb_final(const acc_t<T>* part_w, const acc_t<T>* part_b, T* dw, T* db, int64_t blocks,
-                             int64_t N) {
+void layer_norm_bwd_wb_final::run(item_arg<1> ia, const params<T>& p) {
+  const auto part_w = p.part_w;
+  const auto part_b = p.part_b;
+  const auto dw = p.dw;
+  const auto db = p.db;
+  const auto blocks = p.blocks;
+  const auto N = p.N;
   using A = acc_t<T>;
-  const int64_t j = item<1>().get_global_id(0);
+  const int64_t j = item(ia).get_global_id(0);
   if (j >= N) return;
   if (dw) {
     A s = 0;
@@ -193,22 +286,3 @@ void layer_norm_bwd_wb_final(const acc_t<T>* part_w, const acc_t<T>* part_b, T* 
 }
 
 }  // namespace xk
-
-// Ahead-of-time kernel names (docs/oneapi.md): every registered name the host code asks for, for every
-// dtype and the sub-group profiles of scripts/aot_kernel_names.py, which writes and checks this list.
-// xkernels-aot: xk::layer_norm_fwd<float>
-// xkernels-aot: xk::layer_norm_bwd_dx<float>
-// xkernels-aot: xk::layer_norm_bwd_wb_partial<float>
-// xkernels-aot: xk::layer_norm_bwd_wb_final<float>
-// xkernels-aot: xk::layer_norm_fwd<sycl::ext::oneapi::bfloat16>
-// xkernels-aot: xk::layer_norm_bwd_dx<sycl::ext::oneapi::bfloat16>
-// xkernels-aot: xk::layer_norm_bwd_wb_partial<sycl::ext::oneapi::bfloat16>
-// xkernels-aot: xk::layer_norm_bwd_wb_final<sycl::ext::oneapi::bfloat16>
-// xkernels-aot: xk::layer_norm_fwd<sycl::half>
-// xkernels-aot: xk::layer_norm_bwd_dx<sycl::half>
-// xkernels-aot: xk::layer_norm_bwd_wb_partial<sycl::half>
-// xkernels-aot: xk::layer_norm_bwd_wb_final<sycl::half>
-// xkernels-aot: xk::layer_norm_fwd<double>
-// xkernels-aot: xk::layer_norm_bwd_dx<double>
-// xkernels-aot: xk::layer_norm_bwd_wb_partial<double>
-// xkernels-aot: xk::layer_norm_bwd_wb_final<double>

@@ -1,0 +1,155 @@
+// Loading and checking the ahead-of-time launcher library of the `acpp` backend (aot_library.h).
+#include "sycl/aot_library.h"
+
+#include <c10/util/Exception.h>
+#include <dlfcn.h>
+
+#include <mutex>
+#include <sstream>
+
+#include "sycl/aot/abi.h"
+#include "sycl/kernels/tables.hpp"
+
+namespace xkernels::sycl_backend {
+
+namespace {
+
+// The directory of this extension module (the launcher library is installed beside it).
+std::string module_dir() {
+  Dl_info info{};
+  if (dladdr(reinterpret_cast<void*>(&acpp_available), &info) == 0 || !info.dli_fname) return ".";
+  const std::string path = info.dli_fname;
+  const size_t slash = path.rfind('/');
+  return slash == std::string::npos ? "." : path.substr(0, slash);
+}
+
+// Every (kernel, type) instantiation of this extension's tables must be the library's, in the same
+// order, with the same parameter layout: otherwise it was built from other kernel sources.
+std::string mismatch(const xk_aot_library& lib) {
+  std::vector<std::string> mine;
+  std::vector<size_t> sizes;
+  std::vector<int> dims;
+  xk::for_each_instance([&](auto, auto k, auto t) {
+    using K = typename decltype(k)::type;
+    using T = typename decltype(t)::type;
+    mine.push_back(xk::identifier(xk::cxx_name<K>()) + "<" + xk::type_label<T>() + ">");
+    sizes.push_back(sizeof(typename K::template params<T>));
+    dims.push_back(K::dims);
+  });
+  if (lib.count != mine.size()) {
+    std::ostringstream s;
+    s << "it has " << lib.count << " kernel instantiations, this extension's tables have " << mine.size();
+    return s.str();
+  }
+  for (size_t i = 0; i < mine.size(); ++i) {
+    const xk_aot_kernel& e = lib.kernels[i];
+    const std::string theirs = xk::identifier(e.kernel) + "<" + e.type + ">";
+    if (theirs != mine[i] || e.params_size != sizes[i] || e.dims != dims[i])
+      return "instantiation " + std::to_string(i) + " is " + theirs + " (params " + std::to_string(e.params_size) +
+             " bytes) where this extension has " + mine[i] + " (params " + std::to_string(sizes[i]) + " bytes)";
+  }
+  return "";
+}
+
+struct Loaded {
+  std::unique_ptr<AotLibrary> lib;
+  std::string error;
+};
+
+const Loaded& loaded() {
+  static const Loaded state = [] {
+    Loaded l;
+#ifndef XKERNELS_WITH_ACPP
+    l.error = "xkernels was built without the acpp backend (AdaptiveCpp not found at build time; see README)";
+    return l;
+#else
+    const std::string path = module_dir() + "/libxkernels_acpp.so";
+    void* h = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
+    if (!h) {
+      const char* e = dlerror();
+      l.error = "loading " + path + " failed: " + (e ? e : "unknown error");
+      return l;
+    }
+    auto fn = reinterpret_cast<xk_aot_library_fn>(dlsym(h, "xk_aot_library_v1"));
+    if (!fn) {
+      l.error = path + " has no xk_aot_library_v1";
+      return l;
+    }
+    char err[1024] = {0};
+    const xk_aot_library* lib = fn(err, sizeof(err));
+    if (!lib) {
+      l.error = std::string("the acpp launcher library found no device: ") + err;
+      return l;
+    }
+    if (lib->abi_version != XK_AOT_ABI_VERSION) {
+      l.error = path + " has interface version " + std::to_string(lib->abi_version) + ", this extension needs " +
+                std::to_string(XK_AOT_ABI_VERSION);
+      return l;
+    }
+    const std::string bad = mismatch(*lib);
+    if (!bad.empty()) {
+      l.error = path + " was built from other kernel tables: " + bad;
+      return l;
+    }
+    l.lib = std::make_unique<AotLibrary>(lib);
+    return l;
+#endif
+  }();
+  return state;
+}
+
+}  // namespace
+
+AotLibrary::AotLibrary(const xk_aot_library* lib) : lib_(lib) {
+  const xk_aot_device& d = lib->device;
+  traits_.is_cpu = d.is_cpu != 0;
+  traits_.fp64 = d.fp64 != 0;
+  traits_.fp16 = d.fp16 != 0;
+  traits_.max_work_group_size = d.max_work_group_size;
+  traits_.local_mem_bytes = d.local_mem_bytes;
+  for (size_t i = 0; i < d.n_sub_group_sizes && i < 8; ++i) traits_.sub_group_sizes.push_back(d.sub_group_sizes[i]);
+  traits_.name = d.name ? d.name : "";
+}
+
+std::string AotLibrary::implementation() const { return lib_->implementation ? lib_->implementation : ""; }
+std::string AotLibrary::flags() const { return lib_->flags ? lib_->flags : ""; }
+size_t AotLibrary::kernel_count() const { return lib_->count; }
+
+void AotLibrary::launch(size_t index, const std::string& label, int dims, const size_t* global, const size_t* local,
+                        const void* params, size_t params_size) const {
+  TORCH_CHECK(index < lib_->count, "xkernels: acpp kernel index ", index, " out of range");
+  const xk_aot_kernel& k = lib_->kernels[index];
+  TORCH_CHECK(k.launch, "xkernels: kernel ", label, " requires sub-group size ", k.sub_group,
+              ", which the acpp device '", traits_.name, "' does not have");
+  TORCH_CHECK(k.params_size == params_size && k.dims == dims, "xkernels: acpp kernel ", label,
+              " has another parameter layout");
+  size_t wg = 1;
+  for (int d = 0; d < dims; ++d) {
+    TORCH_CHECK(local[d] >= 1 && global[d] % local[d] == 0, "xkernels: launch of ", label, ": global size ",
+                global[d], " is not a positive multiple of the local size ", local[d], " in dimension ", d);
+    wg *= local[d];
+  }
+  TORCH_CHECK(wg <= traits_.max_work_group_size, "xkernels: launch of ", label, ": work-group size ", wg,
+              " exceeds the acpp device limit ", traits_.max_work_group_size);
+  char err[2048] = {0};
+  TORCH_CHECK(k.launch(global, local, params, err, sizeof(err)) == 0, "xkernels: acpp kernel ", label,
+              " failed: ", err);
+}
+
+bool acpp_available(std::string* why_not) {
+  const Loaded& l = loaded();
+  if (!l.lib && why_not) *why_not = l.error;
+  return l.lib != nullptr;
+}
+
+const AotLibrary& acpp_library() {
+  const Loaded& l = loaded();
+  TORCH_CHECK(l.lib, "xkernels: the acpp backend is unavailable: ", l.error);
+  return *l.lib;
+}
+
+}  // namespace xkernels::sycl_backend
+
+#ifdef XKERNELS_WITH_ACPP
+bool xkernels::acpp_cpu_available(std::string* why_not) { return sycl_backend::acpp_available(why_not); }
+#endif

@@ -1,0 +1,34 @@
+// The `acpp` backend's kernels: libxkernels_acpp.so, the launcher library AdaptiveCpp compiled ahead of
+// time from the same kernel tables (aot/launchers.cpp, aot/abi.h). Loaded on first use from the
+// directory of the extension, with RTLD_LOCAL so that its SYCL implementation's symbols stay its own.
+#pragma once
+#include <string>
+
+#include "sycl/runtime.h"
+
+struct xk_aot_library;
+
+namespace xkernels::sycl_backend {
+
+class AotLibrary {
+ public:
+  explicit AotLibrary(const xk_aot_library* lib);
+  const DeviceTraits& traits() const { return traits_; }
+  std::string implementation() const;
+  std::string flags() const;
+  size_t kernel_count() const;
+  // Runs instantiation `index` of the kernel tables to completion (validates the geometry first).
+  void launch(size_t index, const std::string& label, int dims, const size_t* global, const size_t* local,
+              const void* params, size_t params_size) const;
+
+ private:
+  const xk_aot_library* lib_;
+  DeviceTraits traits_;
+};
+
+// Is the acpp backend usable? (built with it, library loads, its tables match this extension's)
+bool acpp_available(std::string* why_not);
+// The loaded library; raises a clear error when acpp_available() is false.
+const AotLibrary& acpp_library();
+
+}  // namespace xkernels::sycl_backend

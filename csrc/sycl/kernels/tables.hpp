@@ -1,0 +1,110 @@
+// Every op's kernel table (kernels/<op>.hpp), in one list: what the host provider registers as kernel
+// groups (one per kernel file) and what an ahead-of-time launcher library instantiates (aot/launchers.cpp).
+// Not given to the run-time compiler: it compiles one kernel file at a time.
+#pragma once
+#include <cctype>
+#include <cstddef>
+#include <string>
+
+#include "common.hpp"
+#include "conv2d.hpp"
+#include "fused_linear_relu.hpp"
+#include "layer_norm.hpp"
+
+namespace xk {
+
+// A kernel file and its table.
+template <const char* File, typename Kernels> struct table {
+  static constexpr const char* file = File;
+  using kernels = Kernels;
+};
+
+inline constexpr char layer_norm_file[] = "layer_norm.hpp";
+inline constexpr char conv2d_file[] = "conv2d.hpp";
+inline constexpr char fused_linear_relu_file[] = "fused_linear_relu.hpp";
+
+using all_tables = type_list<table<layer_norm_file, layer_norm_kernels>, table<conv2d_file, conv2d_kernels>,
+                             table<fused_linear_relu_file, fused_linear_relu_kernels>>;
+
+// ------------------------------------------------------------------ compile-time walks over the tables
+// Calls f(table_tag, kernel_tag, type_tag) for every (table, kernel, element type), in a fixed order:
+// the order of all_tables, then of each table's kernel_list, then of each kernel's types. The position
+// in that order is a kernel instantiation's index in an ahead-of-time library.
+template <typename X> struct tag {
+  using type = X;
+};
+
+template <typename Tab, typename K, typename F, typename... Ts>
+constexpr void for_each_type(type_list<Ts...>, F& f) {
+  (f(tag<Tab>{}, tag<K>{}, tag<Ts>{}), ...);
+}
+template <typename Tab, typename F, typename... Ks> constexpr void for_each_kernel(kernel_list<Ks...>, F& f) {
+  (for_each_type<Tab, Ks>(typename Ks::types{}, f), ...);
+}
+template <typename F, typename... Tabs> constexpr void for_each_instance_in(type_list<Tabs...>, F& f) {
+  (for_each_kernel<Tabs>(typename Tabs::kernels{}, f), ...);
+}
+template <typename F> constexpr void for_each_instance(F&& f) { for_each_instance_in(all_tables{}, f); }
+
+// Index of (K, T) in that order (constexpr), or -1.
+template <typename K, typename T> constexpr long instance_index() {
+  long i = 0, found = -1;
+  auto visit = [&](auto tab, auto k, auto t) {
+    (void)tab;
+    if (std::is_same_v<typename decltype(k)::type, K> && std::is_same_v<typename decltype(t)::type, T>) found = i;
+    ++i;
+  };
+  for_each_instance(visit);
+  return found;
+}
+
+// Element type names as the tables spell them (also used in ahead-of-time library listings).
+template <typename T> constexpr const char* type_label();
+template <> constexpr const char* type_label<float>() { return "float"; }
+template <> constexpr const char* type_label<double>() { return "double"; }
+template <> constexpr const char* type_label<half>() { return "half"; }
+template <> constexpr const char* type_label<bf16>() { return "bf16"; }
+
+}  // namespace xk
+
+namespace xk_names {
+
+// The C++ spelling of type X as the compiler prints it (outside namespace xk, so that the names of
+// the kernel descriptors come out qualified; GCC drops the qualifier of the function's own namespace) ("xk::conv2d_igemm<true, 16, 6, 4>"; GCC and
+// Clang agree on it for the descriptors), used to generate run-time entry points and to check that an
+// ahead-of-time library was built from the same tables.
+template <typename X> std::string cxx_name() {
+  const std::string s = __PRETTY_FUNCTION__;  // "... cxx_name() [with X = xk::layer_norm_fwd; ...]" (GCC)
+  const std::string key = "X = ";            // "... cxx_name() [X = xk::layer_norm_fwd]" (Clang)
+  size_t b = s.find(key);
+  if (b == std::string::npos) return "?";
+  b += key.size();
+  int depth = 0;
+  size_t e = b;
+  for (; e < s.size(); ++e) {
+    const char c = s[e];
+    if (c == '<') ++depth;
+    if (c == '>') --depth;
+    if (depth == 0 && (c == ';' || c == ']')) break;
+  }
+  return s.substr(b, e - b);
+}
+
+// "xk::conv2d_igemm<true, 16, 6, 4>" -> "conv2d_igemm_true_16_6_4"
+inline std::string identifier(const std::string& cxx) {
+  std::string out;
+  const std::string s = cxx.rfind("xk::", 0) == 0 ? cxx.substr(4) : cxx;
+  for (char c : s) {
+    if (std::isalnum(static_cast<unsigned char>(c)) || c == '_') out += c;
+    else if (!out.empty() && out.back() != '_') out += '_';
+  }
+  while (!out.empty() && out.back() == '_') out.pop_back();
+  return out;
+}
+
+}  // namespace xk_names
+
+namespace xk {
+using xk_names::cxx_name;
+using xk_names::identifier;
+}  // namespace xk
