@@ -5,7 +5,7 @@ from collections.abc import Callable, Sequence
 
 import torch
 
-from tolerances import assert_close
+from xkernels.tolerances import assert_close
 
 
 def randn(*shape, dtype: torch.dtype) -> torch.Tensor:

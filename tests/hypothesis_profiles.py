@@ -22,7 +22,9 @@ FUZZ_EXAMPLES = {"ci": 300, "nightly": 3000, "dev": 10}
 
 _common = dict(
     deadline=None,  # the machine is shared and noisy; timing is not a property here
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.filter_too_much],
+    # function_scoped_fixture: the `backend` fixture only selects the backend (the same for every example)
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.filter_too_much,
+                           HealthCheck.function_scoped_fixture],
     print_blob=True,  # a failure prints @reproduce_failure(...) to replay it exactly
 )
 

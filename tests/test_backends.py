@@ -271,22 +271,80 @@ def test_empty_inputs_do_not_dispatch():
     assert rec.events == []
 
 
-@pytest.mark.slow  # two pytest subprocesses (~30 s on a loaded 2-core machine)
-def test_require_sycl_turns_skip_into_failure():
-    """conftest: with XKERNELS_REQUIRE_SYCL=1 an unavailable sycl backend fails instead of skipping."""
-    if xkernels.backends()["sycl"].available:
-        pytest.skip("sycl is available here: nothing would be skipped")
+def test_required_backends_rule(monkeypatch):
+    """tests/_backends.py: XKERNELS_REQUIRE_BACKENDS lists the required backends; XKERNELS_REQUIRE_SYCL=1
+    is an alias adding "sycl" (parsed in that one helper)."""
+    import _backends
+
+    monkeypatch.delenv("XKERNELS_REQUIRE_BACKENDS", raising=False)
+    monkeypatch.delenv("XKERNELS_REQUIRE_SYCL", raising=False)
+    assert _backends.required_backends() == frozenset()
+    monkeypatch.setenv("XKERNELS_REQUIRE_SYCL", "0")
+    assert _backends.required_backends() == frozenset()
+    monkeypatch.setenv("XKERNELS_REQUIRE_SYCL", "1")
+    assert _backends.required_backends() == {"sycl"}
+    monkeypatch.setenv("XKERNELS_REQUIRE_BACKENDS", " cuda, acpp ,")
+    assert _backends.required_backends() == {"sycl", "cuda", "acpp"}
+
+
+def test_unavailable_backend_fails_if_required_else_skips(monkeypatch):
+    """A required backend that is unavailable fails the test (never skips); otherwise it skips with the reason.
+    Every backend xkernels.backends() lists as built is a parameter, whatever its name."""
+    from xkernels.backends import BackendStatus
+
+    import _backends
+
+    real = xkernels.backends()
+    fake = {**real, "newbackend": BackendStatus("newbackend", True, False, "no device for it here")}
+    monkeypatch.setattr(xkernels, "backends", lambda: fake)
+    monkeypatch.delenv("XKERNELS_REQUIRE_BACKENDS", raising=False)
+    monkeypatch.delenv("XKERNELS_REQUIRE_SYCL", raising=False)
+    assert "newbackend" in _backends.backend_names()
+    with pytest.raises(pytest.skip.Exception, match="no device for it here"):
+        _backends.get("newbackend")
+    monkeypatch.setenv("XKERNELS_REQUIRE_BACKENDS", "newbackend")
+    with pytest.raises(pytest.fail.Exception, match="required.*no device for it here"):
+        _backends.get("newbackend")
+    monkeypatch.setenv("XKERNELS_REQUIRE_BACKENDS", "notlisted")
+    assert _backends.backend_names()[-1] == "notlisted"  # required but not listed: a parameter, so it fails
+    with pytest.raises(pytest.fail.Exception, match="not listed"):
+        _backends.get("notlisted")
+    monkeypatch.setenv("XKERNELS_REQUIRE_BACKENDS", "")
+    monkeypatch.setenv("XKERNELS_REQUIRE_SYCL", "1")
+    fake["sycl"] = BackendStatus("sycl", True, False, "no SYCL device")
+    with pytest.raises(pytest.fail.Exception, match="no SYCL device"):
+        _backends.get("sycl")
+
+
+def test_backend_device_and_slow(monkeypatch):
+    from xkernels.backends import BackendStatus
+
+    import _backends
+
+    monkeypatch.delenv("XKERNELS_SLOW_BACKENDS", raising=False)
+    ref = _backends.Backend("reference", BackendStatus("reference", True, True))
+    assert ref == "reference" and ref.name == "reference" and ref.device == torch.device("cpu") and not ref.slow
+    assert _backends.Backend("cuda", BackendStatus("cuda", True, True)).device.type == "cuda"
+    assert _backends.Backend("acpp", BackendStatus("acpp", True, True)).slow  # default XKERNELS_SLOW_BACKENDS
+    monkeypatch.setenv("XKERNELS_SLOW_BACKENDS", "sycl")
+    assert _backends.Backend("sycl", BackendStatus("sycl", True, True)).slow
+    assert not _backends.Backend("acpp", BackendStatus("acpp", True, True)).slow
+    st = BackendStatus("acpp", True, True)
+    st.conformance_only = True  # a status that says so itself wins over the environment
+    assert _backends.Backend("acpp", st).slow
+
+
+@pytest.mark.slow  # a pytest subprocess (~15 s on a loaded 2-core machine)
+def test_required_unavailable_backend_errors_the_run():
+    """End to end: a required backend nobody built makes the run fail (an error at fixture setup)."""
     test_id = f"{Path(__file__).parent / 'test_fused_linear_relu.py'}::test_via_torch_ops"
     base = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", test_id]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(PYTHON_DIR), os.environ.get("PYTHONPATH", "")])}
-    relaxed = subprocess.run(base, env={**env, "XKERNELS_REQUIRE_SYCL": "0"}, capture_output=True, text=True,
-                             timeout=300)
-    strict = subprocess.run(base, env={**env, "XKERNELS_REQUIRE_SYCL": "1"}, capture_output=True, text=True,
-                            timeout=300)
-    assert relaxed.returncode == 0 and "1 passed, 1 skipped" in relaxed.stdout, relaxed.stdout
-    # pytest.fail in the fixture: reported as an error at setup of the sycl case, and the run fails.
-    assert strict.returncode != 0 and "1 passed, 1 error" in strict.stdout, strict.stdout
-    assert "XKERNELS_REQUIRE_SYCL=1" in strict.stdout
+    env.pop("XKERNELS_REQUIRE_SYCL", None)
+    strict = subprocess.run(base, env={**env, "XKERNELS_REQUIRE_BACKENDS": "nosuchbackend"}, capture_output=True,
+                            text=True, timeout=300)
+    assert strict.returncode != 0 and "1 error" in strict.stdout, strict.stdout
+    assert "backend 'nosuchbackend' is required" in strict.stdout
 
 
 def test_reference_is_deterministic_across_thread_counts():
@@ -317,3 +375,12 @@ def test_reference_is_deterministic_across_thread_counts():
         torch.set_num_threads(threads)
     for i, (a, m) in enumerate(zip(single, multi)):
         assert torch.equal(a, m), f"result {i} differs between 1 and {max(2, threads)} threads"
+
+
+def test_version_has_one_source():
+    """pyproject.toml [project] version is the only place the version is written; the package reports it."""
+    tomllib = pytest.importorskip("tomllib")
+    pyproject = Path(__file__).resolve().parent.parent / "pyproject.toml"
+    version = tomllib.loads(pyproject.read_text())["project"]["version"]
+    assert xkernels.__version__ == version
+    assert xkernels.info()["xkernels"] == version

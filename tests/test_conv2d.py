@@ -8,8 +8,9 @@ import torch
 import torch.nn.functional as F
 
 import xkernels
+from xkernels.tolerances import DTYPES, assert_close
+
 from compare import check_forward_backward, memory_formats, randn, small_ints
-from tolerances import DTYPES, assert_close
 
 NAMES = ("input", "weight", "bias")
 CL = torch.channels_last

@@ -16,21 +16,22 @@ import torch
 import torch.nn.functional as F
 
 import xkernels
+from xkernels.tolerances import DTYPES, between_backends, max_error, within_budget
 
-_CUDA = xkernels.backends()["cuda"]
-pytestmark = [
-    pytest.mark.cuda,
-    pytest.mark.skipif(not _CUDA.available, reason=f"native CUDA backend unavailable: {_CUDA.reason}"),
-]
+import _backends
 
-DTYPES = [torch.float64, torch.float32, torch.float16, torch.bfloat16]
+pytestmark = pytest.mark.cuda
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _cuda_available():
+    _backends.get("cuda")  # fails if XKERNELS_REQUIRE_BACKENDS names cuda, else skips with the reason
+
 ops = torch.ops.xkernels
 
-# Error budget against the float64 oracle: |ours - ref64| <= FACTOR * |torch_same_dtype - ref64|
-# + ABS[dtype] * max(1, |ref64|max). torch's own same-dtype result (cuBLAS / cuDNN / aten) on
-# the same inputs sets the scale, so the budget follows the problem's conditioning.
-FACTOR = 4.0
-ABS = {torch.float64: 1e-12, torch.float32: 1e-5, torch.float16: 2e-3, torch.bfloat16: 1.6e-2}
+# Error budget against the float64 oracle: the relative-to-torch policy of xkernels.tolerances
+# (torch's own same-dtype result -- cuBLAS / cuDNN / aten -- on the same inputs sets the scale, so
+# the budget follows the problem's conditioning).
 
 
 def _dev():
@@ -51,13 +52,9 @@ def _ints(shape, dtype, seed=0, lo=-2, hi=2):
 def _check(name, ours, torch_same, ref64):
     assert ours.shape == ref64.shape, f"{name}: shape {tuple(ours.shape)} != {tuple(ref64.shape)}"
     assert ours.dtype == torch_same.dtype, f"{name}: dtype {ours.dtype} != {torch_same.dtype}"
-    ref = ref64.detach().cpu().double()
-    err = (ours.detach().cpu().double() - ref).abs().max().item() if ref.numel() else 0.0
-    err_torch = (torch_same.detach().cpu().double() - ref).abs().max().item() if ref.numel() else 0.0
-    scale = max(1.0, ref.abs().max().item() if ref.numel() else 0.0)
-    budget = FACTOR * err_torch + ABS[ours.dtype] * scale
-    assert err <= budget, (f"{name} [{ours.dtype}]: max error {err:.3e} vs float64 exceeds the budget {budget:.3e} "
-                           f"(torch's own {ours.dtype} error {err_torch:.3e})")
+    ok, err, budget = within_budget(ours, torch_same, ref64, ours.dtype)
+    assert ok, (f"{name} [{ours.dtype}]: max error {err:.3e} vs float64 exceeds the budget {budget:.3e} "
+                f"(torch's own {ours.dtype} error {max_error(torch_same, ref64):.3e})")
 
 
 def _exact(name, ours, ref64):
@@ -306,7 +303,7 @@ def test_layer_norm_strided_input():
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32], ids=str)
 def test_matches_cpu_reference_backend(dtype):
     """Same inputs through the CUDA kernels and the CPU reference kernels (the oracle)."""
-    tol = dict(rtol=1e-12, atol=1e-12) if dtype == torch.float64 else dict(rtol=2e-5, atol=2e-5)
+    rtol, atol = between_backends(dtype)
     x, w, b = _rand((33, 47), dtype, seed=24), _rand((21, 47), dtype, 0.2, seed=25), _rand((21,), dtype, seed=26)
     cx, cw, cb, kw = _conv_inputs(CONV_CASES[7], dtype, seed=27)
     lx, lw, lb = _rand((7, 300), dtype, seed=28), _rand((300,), dtype, seed=29), _rand((300,), dtype, seed=30)
@@ -329,7 +326,7 @@ def test_matches_cpu_reference_backend(dtype):
     names = ["linear", "conv2d", "conv gi", "conv gw", "conv gb", "ln out", "ln mean", "ln rstd", "ln gi", "ln gw",
              "ln gb"]
     for n, o, r in zip(names, ours, ref):
-        torch.testing.assert_close(o.cpu(), r, **tol, msg=lambda m, n=n: f"{n}: {m}")
+        torch.testing.assert_close(o.cpu(), r, rtol=rtol, atol=atol, msg=lambda m, n=n: f"{n}: {m}")
 
 
 # ================================================================== opcheck / gradcheck

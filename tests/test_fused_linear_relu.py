@@ -1,13 +1,16 @@
 """fused_linear_relu forward and backward against torch.nn.functional in float64."""
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 import torch.nn.functional as F
 
 import xkernels
+from xkernels.tolerances import DTYPES, assert_close
+
 from compare import check_forward_backward, randn, small_ints
-from tolerances import DTYPES, assert_close
 
 NAMES = ("input", "weight", "bias")
 
@@ -139,7 +142,7 @@ PACKED_SHAPES = [((7, 13), 5), ((3, 5, 17), 70), ((1, 33), 64), ((130, 600), 130
 @pytest.mark.parametrize("shape,n", PACKED_SHAPES, ids=[f"{'x'.join(map(str, s))}-N{n}" for s, n in PACKED_SHAPES])
 @pytest.mark.parametrize("bias", [True, False], ids=["bias", "nobias"])
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
-def test_packed_matches_unpacked(backend, dtype, shape, n, bias):
+def test_packed_matches_unpacked(cpu_backend, dtype, shape, n, bias):
     K = shape[-1]
     # x scaled by 1/sqrt(K): O(1) sums also for K = 600 (> the GEMM's K block of 512), within the budgets.
     x, w = (torch.randn(*shape) / K ** 0.5).to(dtype), randn(n, K, dtype=dtype)
@@ -153,13 +156,34 @@ def test_packed_matches_unpacked(backend, dtype, shape, n, bias):
     out = xkernels.fused_linear_relu_packed(x, packed, b, n)
     expected = F.relu(F.linear(x.double(), w.double(), None if b is None else b.double()))
     assert_close(out, expected, dtype, "fused_linear_relu_packed")
-    plain = xkernels.fused_linear_relu(x, w, b)
-    rows = x.numel() // K
-    if backend == "reference" or rows > 96:  # the same kernel as the plain op (sycl: M <= 96 runs the dot kernel)
-        torch.testing.assert_close(out, plain, rtol=0, atol=0)
 
 
-def test_packed_layout_same_on_every_backend(backend):
+def _dot_max_rows(backend: str) -> int | None:
+    """The backend's fused_linear_relu forward runs its dot kernel up to this many rows and the packed-panel kernel
+    (the one fused_linear_relu_packed always runs) above it: from xkernels.info()[backend], where the build
+    exports it (the SYCL backend's LinearConfig::kDotMaxRows)."""
+    return xkernels.info().get(backend, {}).get("linear_dot_max_rows")
+
+
+@pytest.mark.parametrize("shape,n", PACKED_SHAPES, ids=[f"{'x'.join(map(str, s))}-N{n}" for s, n in PACKED_SHAPES])
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_packed_bitwise_equal_to_unpacked_on_the_same_kernel(cpu_backend, dtype, shape, n):
+    """Where the plain op runs the same kernel as the packed one (reference: always; sycl: above the dot kernel's
+    row limit), the results are identical bit for bit."""
+    K = shape[-1]
+    rows = math.prod(shape[:-1])
+    if cpu_backend != "reference":
+        limit = _dot_max_rows(cpu_backend.name)
+        if limit is None:
+            pytest.skip(f"xkernels.info()[{cpu_backend.name!r}] does not export linear_dot_max_rows")
+        if rows <= limit:
+            pytest.skip(f"{rows} rows <= {limit}: the plain op runs the dot kernel, the packed op the panel kernel")
+    x, w, b = (torch.randn(*shape) / K**0.5).to(dtype), randn(n, K, dtype=dtype), randn(n, dtype=dtype)
+    out = xkernels.fused_linear_relu_packed(x, xkernels.pack_linear_weight(w), b, n)
+    torch.testing.assert_close(out, xkernels.fused_linear_relu(x, w, b), rtol=0, atol=0)
+
+
+def test_packed_layout_same_on_every_backend(cpu_backend):
     w = torch.randn(100, 37)
     with xkernels.use_backend("reference"):
         ref = xkernels.pack_linear_weight(w)
@@ -167,7 +191,7 @@ def test_packed_layout_same_on_every_backend(backend):
     assert torch.equal(xkernels.pack_linear_weight(w.t().contiguous().t()), ref)  # any weight strides
 
 
-def test_packed_empty(backend):
+def test_packed_empty(cpu_backend):
     x, w, b = torch.randn(4, 0), torch.randn(3, 0), torch.randn(3)
     assert torch.equal(xkernels.fused_linear_relu_packed(x, xkernels.pack_linear_weight(w), b, 3),
                        b.clamp_min(0).expand(4, 3))
@@ -177,7 +201,7 @@ def test_packed_empty(backend):
                                              None, 3).shape == (0, 3)
 
 
-def test_packed_not_differentiable(backend):
+def test_packed_not_differentiable(cpu_backend):
     x, w = torch.randn(2, 8), torch.randn(3, 8)
     packed = xkernels.pack_linear_weight(w)
     with pytest.raises(RuntimeError, match=r"xkernels\.fused_linear_relu_packed: not differentiable.*'input'"):

@@ -22,29 +22,20 @@ from dataclasses import dataclass
 import pytest
 import torch
 import torch.nn.functional as F
-from hypothesis import assume, given, note, settings
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 import xkernels
-from _reliability import (
-    DTYPES,
-    EXACT_INT_LIMIT,
-    Layout,
-    effective_values,
-    assert_within,
-    backend_params,
-    on_backend,
-    place,
-    require_op,
-    supports,
-    u_acc,
-    u_out,
-)
+from xkernels.tolerances import BOUND_SAFETY as SAFETY
+from xkernels.tolerances import DTYPES, EXACT_INT_LIMIT, u_acc, u_out
+
+from _reliability import Layout, assert_within, effective_values, place, supports
 from hypothesis_profiles import examples
 
-pytestmark = pytest.mark.filterwarnings("ignore:Using padding='same' with even kernel lengths:UserWarning")
-
-SAFETY = 4.0  # multiplies every accumulation bound: blocked/sub-group summation orders differ per backend
+pytestmark = [
+    pytest.mark.filterwarnings("ignore:Using padding='same' with even kernel lengths:UserWarning"),
+    pytest.mark.explicit_device,  # float64 oracles on the CPU; the op's tensors are placed on backend.device
+]
 
 SPECIAL_SIZES = [0, 1, 2, 3, 5, 7, 11, 13, 16, 17, 31, 32, 33, 61, 64, 97, 127, 128, 257, 509, 1021, 1031]
 
@@ -162,25 +153,23 @@ def _check_linear_output(what, out, x64, w64, b64, case: LinearCase, ctx: str) -
         assert torch.equal(out.detach().cpu().double(), y64), f"small-integer result not exact. {ctx}"
 
 
-@pytest.mark.parametrize("backend", backend_params())
 @settings(max_examples=examples())
 @given(case=linear_cases())
 def test_fused_linear_relu_fuzz(backend, case: LinearCase):
-    require_op(backend, "fused_linear_relu")
     assume(supports(backend, case.dtype))
     dt, K, N = case.dtype, case.K, case.N
     x64, w64, b64, dy64 = _linear_values(case)
     assume(finite_inputs_ok(x64, w64, b64))
-    with on_backend(backend) as dev:
-        x = leaf(place(x64.to(dt), case.layouts[0], dev), case.grads[0])
-        w = leaf(place(w64.to(dt), case.layouts[1], dev), case.grads[1])
-        b = leaf(place(b64.to(dt), case.layouts[2], dev), case.grads[2]) if case.has_bias else None
-        out = xkernels.fused_linear_relu(x, w, b)
-        wanted = [t for t, g in zip((x, w, b), case.grads) if g]
-        grads = []
-        if wanted:
-            dy = place(dy64.to(dt), case.layouts[3], dev)
-            grads = torch.autograd.grad(out, wanted, dy)
+    dev = backend.device
+    x = leaf(place(x64.to(dt), case.layouts[0], dev), case.grads[0])
+    w = leaf(place(w64.to(dt), case.layouts[1], dev), case.grads[1])
+    b = leaf(place(b64.to(dt), case.layouts[2], dev), case.grads[2]) if case.has_bias else None
+    out = xkernels.fused_linear_relu(x, w, b)
+    wanted = [t for t, g in zip((x, w, b), case.grads) if g]
+    grads = []
+    if wanted:
+        dy = place(dy64.to(dt), case.layouts[3], dev)
+        grads = torch.autograd.grad(out, wanted, dy)
     ctx = f"{case}"
     assert out.dtype == dt and out.device.type == dev.type and tuple(out.shape) == (*case.lead, N), ctx
     assert out.is_contiguous(), ctx
@@ -214,22 +203,19 @@ def test_fused_linear_relu_fuzz(backend, case: LinearCase):
         assert_within(f"fused_linear_relu {name}", got, e.reshape(ref_shape), bound.reshape(ref_shape), ctx)
 
 
-CPU_BACKENDS = ("reference", "sycl")  # where pre-packed weights and their ops exist
-
-
-@pytest.mark.parametrize("backend", [p for p in backend_params() if p.values[0] in CPU_BACKENDS])
 @settings(max_examples=examples())
 @given(case=linear_cases())
-def test_fused_linear_relu_packed_fuzz(backend, case: LinearCase):
-    """pack_linear_weight + fused_linear_relu_packed (inference): the same bound as the op, from weights of
-    any layout (results are not assumed bit-identical to the op: it may run another kernel)."""
-    require_op(backend, "fused_linear_relu")
+def test_fused_linear_relu_packed_fuzz(cpu_backend, case: LinearCase):
+    """pack_linear_weight + fused_linear_relu_packed (inference, CPU tensors): the same bound as the op, from
+    weights of any layout (results are not assumed bit-identical to the op: it may run another kernel)."""
+    backend = cpu_backend
     assume(supports(backend, case.dtype))
-    dt, K, N = case.dtype, case.K, case.N
+    dt, N = case.dtype, case.N
     lay = case.layouts
     x64, w64, b64, _ = _linear_values(case)
     assume(finite_inputs_ok(x64, w64, b64))
-    with on_backend(backend) as dev, torch.no_grad():
+    dev = backend.device
+    with torch.no_grad():
         x = place(x64.to(dt), lay[0], dev)
         w = place(w64.to(dt), lay[1], dev)
         b = place(b64.to(dt), lay[2], dev) if case.has_bias else None
@@ -336,11 +322,9 @@ def _grads_or_zeros(y, inputs, dy):
             for t, gr in zip(inputs, torch.autograd.grad(y, inputs, dy, allow_unused=True))]
 
 
-@pytest.mark.parametrize("backend", backend_params())
 @settings(max_examples=examples())
 @given(case=conv_cases())
 def test_conv2d_fuzz(backend, case: ConvCase):
-    require_op(backend, "conv2d")
     assume(supports(backend, case.dtype))
     dt = case.dtype
     C, O = case.groups * case.Cg, case.groups * case.Og
@@ -371,16 +355,16 @@ def test_conv2d_fuzz(backend, case: ConvCase):
     ba = b64.abs().requires_grad_(True) if case.has_bias else None
     yabs = _conv_oracle(xa, wa, ba, case, conv_args)
 
-    with on_backend(backend) as dev:
-        x = leaf(place(x64.to(dt), case.layouts[0], dev), case.grads[0])
-        w = leaf(place(w64.to(dt), case.layouts[1], dev), case.grads[1])
-        b = leaf(place(b64.to(dt), case.layouts[2], dev), case.grads[2]) if case.has_bias else None
-        out = xkernels.conv2d(x, w, b, **conv_args)
-        wanted = [t for t, g in zip((x, w, b), case.grads) if g]
-        grads = []
-        if wanted:
-            dy = place(dy64.to(dt), case.layouts[3], dev)
-            grads = torch.autograd.grad(out, wanted, dy)
+    dev = backend.device
+    x = leaf(place(x64.to(dt), case.layouts[0], dev), case.grads[0])
+    w = leaf(place(w64.to(dt), case.layouts[1], dev), case.grads[1])
+    b = leaf(place(b64.to(dt), case.layouts[2], dev), case.grads[2]) if case.has_bias else None
+    out = xkernels.conv2d(x, w, b, **conv_args)
+    wanted = [t for t, g in zip((x, w, b), case.grads) if g]
+    grads = []
+    if wanted:
+        dy = place(dy64.to(dt), case.layouts[3], dev)
+        grads = torch.autograd.grad(out, wanted, dy)
     ctx = f"{case}"
     assert out.dtype == dt and out.device.type == dev.type and out.shape == y64.shape, f"{out.shape} {ctx}"
     # memory format: PyTorch's choice for the same strided arguments
@@ -520,26 +504,24 @@ def _layer_norm_values(case: LayerNormCase):
     return x64, w64, b64, dy64
 
 
-@pytest.mark.parametrize("backend", backend_params())
 @settings(max_examples=examples())
 @given(case=layer_norm_cases())
 def test_layer_norm_fuzz(backend, case: LayerNormCase):
-    require_op(backend, "layer_norm")
     assume(supports(backend, case.dtype))
     dt, nd = case.dtype, len(case.norm)
     shape = (*case.lead, *case.norm)
     x64, w64, b64, dy64 = _layer_norm_values(case)
     assume(finite_inputs_ok(x64, w64, b64))
-    with on_backend(backend) as dev:
-        x = leaf(place(x64.to(dt), case.layouts[0], dev), case.grads[0])
-        w = leaf(place(w64.to(dt), case.layouts[1], dev), case.grads[1]) if case.has_weight else None
-        b = leaf(place(b64.to(dt), case.layouts[2], dev), case.grads[2]) if case.has_bias else None
-        out = xkernels.layer_norm(x, list(case.norm), w, b, case.eps)
-        wanted = [t for t, g in zip((x, w, b), case.grads) if g]
-        grads = []
-        if wanted:
-            dy = place(dy64.to(dt), case.layouts[3], dev)
-            grads = torch.autograd.grad(out, wanted, dy)
+    dev = backend.device
+    x = leaf(place(x64.to(dt), case.layouts[0], dev), case.grads[0])
+    w = leaf(place(w64.to(dt), case.layouts[1], dev), case.grads[1]) if case.has_weight else None
+    b = leaf(place(b64.to(dt), case.layouts[2], dev), case.grads[2]) if case.has_bias else None
+    out = xkernels.layer_norm(x, list(case.norm), w, b, case.eps)
+    wanted = [t for t, g in zip((x, w, b), case.grads) if g]
+    grads = []
+    if wanted:
+        dy = place(dy64.to(dt), case.layouts[3], dev)
+        grads = torch.autograd.grad(out, wanted, dy)
     ctx = f"{case}"
     assert out.dtype == dt and out.device.type == dev.type and tuple(out.shape) == shape, ctx
 
@@ -568,20 +550,19 @@ def test_layer_norm_fuzz(backend, case: LayerNormCase):
         assert_within(f"layer_norm {names[idx]}", got, e, bounds[idx] + torch.finfo(dt).tiny, ctx)
 
 
-@pytest.mark.parametrize("backend", backend_params())
 @settings(max_examples=examples())
 @given(case=layer_norm_cases(), out_layout=st.sampled_from(["contiguous", "transposed", "offset", "in_place"]))
 def test_layer_norm_out_fuzz(backend, case: LayerNormCase, out_layout: str):
     """layer_norm(..., out=): the forward bound of the functional op, into contiguous, strided, offset or
     in-place (out is the input) outputs."""
-    require_op(backend, "layer_norm")
     assume(supports(backend, case.dtype))
     dt, nd = case.dtype, len(case.norm)
     shape = (*case.lead, *case.norm)
     lay = case.layouts
     x64, w64, b64, _ = _layer_norm_values(case)
     assume(finite_inputs_ok(x64, w64, b64))
-    with on_backend(backend) as dev, torch.no_grad():
+    dev = backend.device
+    with torch.no_grad():
         x = place(x64.to(dt), lay[0], dev)
         w = place(w64.to(dt), lay[1], dev) if case.has_weight else None
         b = place(b64.to(dt), lay[2], dev) if case.has_bias else None

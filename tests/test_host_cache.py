@@ -12,12 +12,16 @@ import torch
 import torch.nn.functional as F
 
 import xkernels
+
+import _backends
 from _reliability import child_env, describe_result, run_python
 
 pytestmark = pytest.mark.sycl
-_SYCL = xkernels.backends()["sycl"]
-if not _SYCL.available:
-    pytestmark = [pytest.mark.sycl, pytest.mark.skip(reason=f"sycl unavailable: {_SYCL.reason}")]
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _sycl_available():
+    _backends.get("sycl")
 
 
 def stats():

@@ -17,21 +17,12 @@ import torch
 import torch.nn.functional as F
 
 import xkernels
-from _reliability import (
-    DTYPES,
-    NOT_IMPLEMENTED,
-    assert_within,
-    backend_device,
-    backend_params,
-    child_env,
-    describe_result,
-    mem_available_bytes,
-    require_op,
-    run_python,
-    supports,
-    u_acc,
-    u_out,
-)
+from xkernels.tolerances import BOUND_SAFETY, DTYPES, u_acc, u_out
+
+import _backends
+from _reliability import assert_within, child_env, describe_result, mem_available_bytes, run_python, supports
+
+pytestmark = pytest.mark.explicit_device  # cases run in child processes, on the backend's device
 
 NAN, INF = float("nan"), float("inf")
 
@@ -107,7 +98,7 @@ def _linear_case(dev, dt, x64, w64, b64, dy64=None, honest=False):
     e = torch.relu(F.linear(xd, wd, bd))
     babs = bd.detach().abs() if bd is not None else None
     absb = F.linear(xd.detach().abs(), wd.detach().abs(), babs)
-    bound = 2 * u_out(dt) * e.detach().abs() + 4 * (K + 2) * u_acc(dt) * absb + _tiny(dt)
+    bound = 2 * u_out(dt) * e.detach().abs() + BOUND_SAFETY * (K + 2) * u_acc(dt) * absb + _tiny(dt)
     if honest:
         check_honest("fused_linear_relu output", out, e, bound, absb, dt)
     else:
@@ -129,7 +120,7 @@ def _linear_case(dev, dt, x64, w64, b64, dy64=None, honest=False):
     abs_terms = [g2 @ wd.detach().abs().nan_to_num(0), g2.T @ xd.detach().reshape(-1, K).abs().nan_to_num(0),
                  g2.sum(0)]
     for i, (got, tg, eg) in enumerate(zip(grads, tgr, egr)):
-        bnd = 2 * u_out(dt) * eg.abs() + 4 * (n[i] + 2) * u_acc(dt) * abs_terms[i].reshape(eg.shape) + _tiny(dt)
+        bnd = 2 * u_out(dt) * eg.abs() + BOUND_SAFETY * (n[i] + 2) * u_acc(dt) * abs_terms[i].reshape(eg.shape) + _tiny(dt)
         if honest:
             check_honest(f"fused_linear_relu grad[{i}]", got, eg, bnd, abs_terms[i].reshape(eg.shape), dt)
         else:
@@ -205,7 +196,7 @@ def _conv_case(dev, dt, x64, w64, b64, dy64=None, channels_last=False, honest=Fa
     e = F.conv2d(xd, wd, bd, **args)
     absb = F.conv2d(xd.detach().abs(), wd.detach().abs(), bd.detach().abs() if bd is not None else None, **args)
     n_red = w64.shape[1] * w64.shape[2] * w64.shape[3]
-    bound = 2 * u_out(dt) * e.detach().abs() + 4 * (n_red + 2) * u_acc(dt) * absb + _tiny(dt)
+    bound = 2 * u_out(dt) * e.detach().abs() + BOUND_SAFETY * (n_red + 2) * u_acc(dt) * absb + _tiny(dt)
     if honest:
         check_honest("conv2d output", out, e, bound, absb, dt)
     else:
@@ -223,7 +214,7 @@ def _conv_case(dev, dt, x64, w64, b64, dy64=None, channels_last=False, honest=Fa
     agr = torch.autograd.grad(ya, [xa, wa] + ([ba] if ba is not None else []), dy.double().abs().nan_to_num(0))
     n = max(n_red, e.numel())
     for i, (got, tg, eg, ag) in enumerate(zip(grads, tgr, egr, agr)):
-        bnd = 2 * u_out(dt) * eg.abs() + 4 * (n + 2) * u_acc(dt) * ag + _tiny(dt)
+        bnd = 2 * u_out(dt) * eg.abs() + BOUND_SAFETY * (n + 2) * u_acc(dt) * ag + _tiny(dt)
         if honest:
             check_honest(f"conv2d grad[{i}]", got, eg, bnd, ag, dt)
         else:
@@ -377,7 +368,7 @@ CASES = {f.__name__: f for f in [
 
 def child_main(backend: str, names: list[str]) -> None:
     """Runs the named cases for every dtype in this process, one JSON line per result."""
-    dev = backend_device(backend)
+    dev = _backends.device_of(backend)
     with xkernels.use_backend(backend):
         for name in names:
             for dt in DTYPES:
@@ -390,8 +381,7 @@ def child_main(backend: str, names: list[str]) -> None:
                         CASES[name](dev, dt)
                         res = {"case": key, "status": "ok"}
                     except ClearError as e:
-                        status = "unsupported" if NOT_IMPLEMENTED in str(e) else "clear_error"
-                        res = {"case": key, "status": status, "msg": str(e)}
+                        res = {"case": key, "status": "clear_error", "msg": str(e)}
                     except BaseException as e:  # noqa: BLE001 - report everything to the parent
                         res = {"case": key, "status": "fail", "msg": f"{type(e).__name__}: {e}"}
                 print(json.dumps(res), flush=True)
@@ -408,7 +398,7 @@ def results_for(backend: str) -> dict:
     out: dict[str, dict] = {}
     todo = list(CASES)
     while todo:
-        r = run_python(f"import test_hostile as h; h.child_main({backend!r}, {todo!r})", timeout=900,
+        r = run_python(f"import test_hostile as h; h.child_main({str(backend)!r}, {todo!r})", timeout=900,
                        env=child_env())
         running = None
         for line in r.stdout.splitlines():
@@ -433,34 +423,37 @@ def results_for(backend: str) -> dict:
     return out
 
 
-# Known bugs in other branches' kernels: strict xfails, so the fix turns them into failures to remove.
-KNOWN_BUGS: dict = {}  # (backend, case) -> description; strict xfails until fixed
+# Every (case, dtype) must give PyTorch's result ("ok") on every backend, except the ones listed here, which
+# must raise exactly this xkernels error (its first line). A dtype the backend's device cannot compute in
+# (_reliability.supports) must be refused as "unsupported" there.
+REFUSED: dict[tuple[str, str], str] = {}
 
 
-def _hostile_params():
-    out = []
-    for bp in backend_params():
-        backend = bp.values[0]
-        for case in CASES:
-            marks = list(bp.marks)
-            if (backend, case) in KNOWN_BUGS:
-                marks.append(pytest.mark.xfail(strict=True, reason=KNOWN_BUGS[(backend, case)]))
-            out.append(pytest.param(backend, case, marks=marks, id=f"{backend}-{case}"))
-    return out
+def expected_outcome(backend: str, case: str, dt: torch.dtype) -> tuple[str, str | None]:
+    """(status, message) the child must report for `case` in `dt` on `backend`."""
+    if not supports(backend, dt):
+        return "unsupported", None
+    key = (case, str(dt).removeprefix("torch."))
+    if key in REFUSED:
+        return "clear_error", REFUSED[key]
+    return "ok", None
 
 
-@pytest.mark.parametrize("backend,case", _hostile_params())
+@pytest.mark.parametrize("case", list(CASES))
 def test_hostile(backend, case):
-    res = results_for(backend)
-    mine = {k: v for k, v in res.items() if k.split("/")[0] == case}
-    assert mine, f"{case}: no result (the child died before it ran)"
-    problems = [f"{k}: {v['status']}: {v.get('msg', '')}" for k, v in sorted(mine.items())
-                if v["status"] in ("fail", "crash")]
+    res = results_for(backend.name)
+    problems = [f"a child died before any case started: {res['?']['msg']}"] if "?" in res else []
+    for dt in DTYPES:
+        key = f"{case}/{str(dt).removeprefix('torch.')}"
+        got = res.get(key)
+        if got is None:
+            problems.append(f"{key}: no result (the child died before it ran)")
+            continue
+        status, msg = expected_outcome(backend.name, case, dt)
+        if got["status"] != status or (msg is not None and got.get("msg") != msg):
+            want = status if msg is None else f"{status}: {msg}"
+            problems.append(f"{key}: expected {want}; got {got['status']}: {got.get('msg', '')}")
     assert not problems, "\n".join(problems)
-    if all(v["status"] == "unsupported" for v in mine.values()):
-        pytest.skip(f"{case}: not supported on backend '{backend}' (yet): {next(iter(mine.values())).get('msg', '')}")
-    assert any(v["status"] == "ok" for v in mine.values()), (
-        f"{case}: no dtype gave a result (only errors): {mine}")
 
 
 # ============================================================================ > 2^31 elements
@@ -468,8 +461,7 @@ def test_hostile(backend, case):
 
 BIG_CHILD = r"""
 import sys, torch, xkernels
-backend, op = sys.argv[1], sys.argv[2]
-dev = torch.device("cuda" if backend == "cuda" else "cpu")
+backend, dev, op = sys.argv[1], torch.device(sys.argv[2]), sys.argv[3]
 dt = torch.bfloat16
 with xkernels.use_backend(backend):
     if op == "fused_linear_relu":
@@ -514,19 +506,18 @@ BIG_HEADROOM = 2**31  # torch, the SYCL runtime, the small reference rows
 
 
 @pytest.mark.parametrize("op", ["fused_linear_relu", "layer_norm", "conv2d"])
-@pytest.mark.parametrize("backend", backend_params())
 def test_more_than_2_31_elements(backend, op):
     """int64 indexing: a result with more than 2^31 elements (bfloat16) is right at the start, around
     element 2^31 and at the end. Runs in a child; skipped when the machine lacks the memory."""
-    require_op(backend, op)
+    _backends.skip_if_slow(backend, "a > 2^31-element problem takes too long there (int64 indexing is the same code)")
     need = BIG_NEED[op]
-    if backend == "cuda":
+    if backend.device.type == "cuda":
         free = torch.cuda.mem_get_info()[0]
         if free < 2 * need:
             pytest.skip(f"needs {2 * need / 2**30:.1f} GiB free GPU memory, {free / 2**30:.1f} GiB free")
     avail = mem_available_bytes()
     if avail < need + BIG_HEADROOM:
         pytest.skip(f"needs ~{(need + BIG_HEADROOM) / 2**30:.1f} GiB available memory, {avail / 2**30:.1f} GiB available")
-    r = subprocess.run([sys.executable, "-c", BIG_CHILD, backend, op], capture_output=True, text=True,
+    r = subprocess.run([sys.executable, "-c", BIG_CHILD, backend.name, backend.device.type, op], capture_output=True, text=True,
                        timeout=1200, env=child_env())
     assert r.returncode == 0 and "OK" in r.stdout, describe_result(r)

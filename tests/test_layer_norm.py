@@ -6,8 +6,9 @@ import torch
 import torch.nn.functional as F
 
 import xkernels
+from xkernels.tolerances import DTYPES, assert_close
+
 from compare import check_forward_backward, randn
-from tolerances import DTYPES, assert_close
 
 NAMES = ("input", "weight", "bias")
 

@@ -15,8 +15,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 import xkernels
 import xkernels.nn as xnn
 from xkernels import parity, reference
-
-DTYPES = [torch.float32, torch.float64, torch.float16, torch.bfloat16]
+from xkernels.tolerances import DTYPES
 
 
 def rnd(*shape, dtype=torch.float32, seed=0):

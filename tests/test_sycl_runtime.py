@@ -4,7 +4,8 @@ Devices, the kernel provider (compile errors, launch validation, floating-point 
 the persistent on-disk cache (second process, corrupted entries), warmup, thread safety,
 and layer_norm on the SYCL CPU device against float64 PyTorch and the reference backend.
 
-Without a SYCL CPU device these tests skip, unless XKERNELS_REQUIRE_SYCL=1: then they fail.
+Without a SYCL CPU device these tests skip, unless sycl is a required backend (XKERNELS_REQUIRE_BACKENDS,
+tests/_backends.py): then they fail.
 """
 from __future__ import annotations
 
@@ -21,8 +22,10 @@ import torch.nn.functional as F
 
 import xkernels
 from xkernels import _C
+from xkernels.tolerances import DTYPES, elementwise, max_error, within_budget
 
-REQUIRE = os.environ.get("XKERNELS_REQUIRE_SYCL", "") not in ("", "0")
+import _backends
+
 PYTHON_DIR = str(Path(xkernels.__file__).resolve().parent.parent)
 
 
@@ -37,8 +40,8 @@ def _sycl_cpu_reason() -> str:
 def sycl_cpu():
     why = _sycl_cpu_reason()
     if why:
-        if REQUIRE:
-            pytest.fail(f"XKERNELS_REQUIRE_SYCL=1 but the SYCL CPU device is unavailable: {why}")
+        if _backends.is_required("sycl"):
+            pytest.fail(f"backend 'sycl' is required but the SYCL CPU device is unavailable: {why}")
         pytest.skip(f"SYCL CPU device unavailable: {why}")
     return _C.sycl
 
@@ -206,21 +209,14 @@ def test_launch_validation(sycl_cpu):
 
 # ------------------------------------------------------------------ layer_norm
 
-# Error budget per dtype: |sycl - float64| <= FACTOR * |torch_same_dtype - float64| + ATOL * scale,
-# scale = max(1, max |float64 result|). Rounding the output to the dtype dominates for
-# half/bfloat16; float32/float64 differ from torch by summation order only.
-_FACTOR = 2.0
-_ATOL = {torch.float64: 1e-12, torch.float32: 2e-6, torch.float16: 2e-3, torch.bfloat16: 1.6e-2}
-_DTYPES = [torch.float32, torch.float64, torch.float16, torch.bfloat16]
+# Error budget per dtype: the relative-to-torch policy of xkernels.tolerances (torch's own same-dtype
+# error sets the scale; rounding the output to the dtype dominates for float16/bfloat16).
 
 
 def _check_close(got, ours_dtype_torch, exact, dtype, what):
-    exact = exact.double()
-    scale = max(1.0, exact.abs().max().item()) if exact.numel() else 1.0
-    err = (got.double() - exact).abs().max().item() if exact.numel() else 0.0
-    torch_err = (ours_dtype_torch.double() - exact).abs().max().item() if exact.numel() else 0.0
-    bound = _FACTOR * torch_err + _ATOL[dtype] * scale
-    assert err <= bound, f"{what} ({dtype}): max error {err:.3e} > bound {bound:.3e} (torch's own {torch_err:.3e})"
+    ok, err, bound = within_budget(got, ours_dtype_torch, exact.double(), dtype)
+    assert ok, (f"{what} ({dtype}): max error {err:.3e} > bound {bound:.3e} "
+                f"(torch's own {max_error(ours_dtype_torch, exact.double()):.3e})")
 
 
 def _ln_case(shape, nshape, affine, dtype, seed, noncontig=False):
@@ -248,7 +244,7 @@ def _grads(fn, x, w, b, dy):
     return out.detach(), [next(it) if t is not None else None for t in leaves]
 
 
-@pytest.mark.parametrize("dtype", _DTYPES, ids=str)
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
 @pytest.mark.parametrize(
     "shape,nshape,affine,noncontig",
     [((1, 1), (1,), True, False), ((7, 33), (33,), True, False), ((3, 5, 129), (129,), False, False),
@@ -286,10 +282,9 @@ def test_layer_norm_matches_float64_and_reference(sycl_cpu, dtype, shape, nshape
     # Saved statistics, in the accumulation dtype.
     red = tuple(range(x.dim() - len(nshape), x.dim()))
     mean64 = x64.mean(red, keepdim=True)
-    rstd64 = (x64.var(red, unbiased=False, keepdim=True) + eps).rsqrt()
     stat_dtype = torch.float64 if dtype == torch.float64 else torch.float32
     assert mean.dtype == stat_dtype and rstd.dtype == stat_dtype
-    stat_tol = 1e-12 if dtype == torch.float64 else 1e-5
+    stat_tol, _ = elementwise(stat_dtype)
     x_rounded = x.double()  # statistics are of the dtype-rounded input
     mean_r = x_rounded.mean(red, keepdim=True)
     rstd_r = (x_rounded.var(red, unbiased=False, keepdim=True) + eps).rsqrt()

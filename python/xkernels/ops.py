@@ -9,6 +9,7 @@ import torch
 from torch import Tensor
 
 from . import _C
+from .tolerances import DTYPES
 
 _ops = torch.ops.xkernels
 
@@ -99,12 +100,9 @@ def _stat_dtype(dtype: torch.dtype) -> torch.dtype:
     return torch.float64 if dtype == torch.float64 else torch.float32
 
 
-_SUPPORTED_DTYPES = (torch.float32, torch.float64, torch.float16, torch.bfloat16)
-
-
 def _check_dtype_supported(t: Tensor, arg: str, op: str) -> None:
     torch._check(
-        t.dtype in _SUPPORTED_DTYPES,
+        t.dtype in DTYPES,
         lambda: f"xkernels.{op}: argument '{arg}' must be float32, float64, float16 or bfloat16, got {t.dtype}",
     )
 

@@ -23,8 +23,8 @@ module outputs, and the parameter gradients first leave the budget, against a fl
 the model run with the reference backend. A "torch" row (every xkernels op replaced by
 PyTorch's own, see ``reference.torch_ops``) gives the same-dtype baseline.
 
-The error budget (``BUDGETS``, one entry per dtype; tests import it) for a tensor with
-oracle ``r`` is::
+The error budget (``BUDGETS``, one entry per dtype: the relative-to-torch policy of
+``xkernels.tolerances``, re-exported here) for a tensor with oracle ``r`` is::
 
     max|x - r| <= rtol_torch * max|t - r| + atol_rel * max|r|
 
@@ -47,10 +47,11 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from .backends import BACKEND_NAMES, DispatchRecord, dispatch_record, use_backend
-from .backends import backends as backend_status
 from . import ops as _ops
 from . import reference
+from .backends import DispatchRecord, dispatch_record, use_backend
+from .backends import backends as backend_status
+from .tolerances import BUDGETS, Budget, budget_for
 
 __all__ = [
     "Budget", "BUDGETS", "budget_for", "tensor_error", "TensorError", "BackendResult", "OpReport", "check_op",
@@ -58,46 +59,7 @@ __all__ = [
     "summary_table", "dispatch_table", "print_reports", "make_console",
 ]
 
-# ----------------------------------------------------------------------------------- budget
-
-
-@dataclass(frozen=True)
-class Budget:
-    """Allowed error for one dtype: max|x - r| <= rtol_torch * torch_err + atol_rel * max|r|."""
-
-    rtol_torch: float
-    atol_rel: float
-
-    def allowed(self, torch_err: float, scale: float, factor: float = 1.0) -> float:
-        return factor * (self.rtol_torch * torch_err + self.atol_rel * scale)
-
-
-# Why these numbers (eps = the dtype's machine epsilon, 2^-mantissa_bits):
-#  float16/bfloat16: kernels accumulate in float32 and round once, so the error is dominated by
-#    that final rounding, as PyTorch's is: 2x PyTorch's error plus ~1 ULP of the largest value
-#    (float16 eps 9.8e-4, bfloat16 eps 7.8e-3).
-#  float32: the reference kernels sum sequentially in float32 while PyTorch uses blocked/FMA
-#    BLAS, so a correct kernel can be several times PyTorch's error: 4x plus ~84 eps of the
-#    magnitude (1e-5) — an indexing or precision bug (e.g. a half-precision intermediate) is
-#    orders of magnitude above.
-#  float64: PyTorch *is* the oracle (its error is 0): only the floor counts, 1e-10
-#    relative to the magnitude, generous for any summation order.
-# The floors equal the rtol of tests/tolerances.py (the elementwise test tolerances).
-BUDGETS: dict[torch.dtype, Budget] = {
-    torch.float64: Budget(rtol_torch=4.0, atol_rel=1e-10),
-    torch.float32: Budget(rtol_torch=4.0, atol_rel=1e-5),
-    torch.float16: Budget(rtol_torch=2.0, atol_rel=1e-3),
-    torch.bfloat16: Budget(rtol_torch=2.0, atol_rel=8e-3),
-}
-
-
-def budget_for(dtype: torch.dtype) -> Budget:
-    try:
-        return BUDGETS[dtype]
-    except KeyError:
-        raise ValueError(f"xkernels.parity: no error budget for dtype {dtype}; "
-                         f"known: {', '.join(str(d) for d in BUDGETS)}") from None
-
+# --------------------------------------------------------------------------- float formats
 
 _MANTISSA_BITS = {torch.float64: 52, torch.float32: 23, torch.float16: 10, torch.bfloat16: 7}
 _MIN_EXPONENT = {torch.float64: -1022, torch.float32: -126, torch.float16: -14, torch.bfloat16: -126}
@@ -252,7 +214,7 @@ def ran_elsewhere(requested: str, events: list[dict]) -> list[str]:
     """'op->backend' for every op that ran on another backend than the one requested (a real
     backend name; custom and 'torch' runs request none). A run that did not run where it was
     asked to cannot pass as that backend."""
-    if requested not in BACKEND_NAMES:
+    if requested not in backend_status():
         return []
     return sorted({f"{e['op']}->{e['backend']}" for e in events if e["backend"] != requested})
 
