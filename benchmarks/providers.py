@@ -4,29 +4,13 @@ from __future__ import annotations
 import importlib
 
 import torch
-import torch.nn.functional as F
 
 import xkernels
 from xkernels import _C
 
+from .cases import TORCH_OPS, no_grad
 from .harness import Provider
 
-def _no_grad(fn):
-    def run(*args, **kwargs):
-        with torch.no_grad():
-            return fn(*args, **kwargs)
-    return run
-
-
-TORCH_OPS = {
-    "fused_linear_relu": lambda x, w, b=None: torch.relu(F.linear(x, w, b)),
-    "conv2d": F.conv2d,
-    "layer_norm": F.layer_norm,
-    # torch has no out= for layer_norm: torch's row is F.layer_norm with a fresh output (what a caller gets).
-    "layer_norm.out": lambda x, ns, w, b, out: F.layer_norm(x, ns, w, b),
-    # Module-level inference (cases.linear_module_cases): torch.nn.Linear + ReLU's computation.
-    "FusedLinearReLU": _no_grad(lambda m, x: torch.relu(F.linear(x, m.weight, m.bias))),
-}
 XK_OPS = {
     "fused_linear_relu": xkernels.fused_linear_relu,
     "conv2d": xkernels.conv2d,
@@ -34,7 +18,7 @@ XK_OPS = {
     "layer_norm.out": lambda x, ns, w, b, out: xkernels.layer_norm(x, ns, w, b, out=out),
     # The module as a user calls it: on the SYCL backend it uses its cached pre-packed weight
     # (packed during the untimed warm-up call).
-    "FusedLinearReLU": _no_grad(lambda m, x: m(x)),
+    "FusedLinearReLU": no_grad(lambda m, x: m(x)),
 }
 
 
@@ -56,7 +40,7 @@ def _xkernels_provider(backend: str) -> Provider:
 
 def _sycl_unpacked_provider() -> Provider:
     """FusedLinearReLU's computation through fused_linear_relu with the unpacked weight on the SYCL
-    backend (what the module did before it cached a packed weight): the weight is re-packed per call."""
+    backend (the module's computation without its cached packed weight): the weight is re-packed per call."""
     st = xkernels.backends()["sycl"]
 
     def fn(op, args, kwargs):

@@ -61,3 +61,46 @@ def test_backward_mode_runs_backward_and_clears_grads():
         return torch.relu(x)
     rows = time_case(_case("fwd+bwd"), [_prov("p", relu)], repeats=3, min_time=0.01, log=lambda *a: None)
     assert rows and all(calls)
+
+
+def test_budget_is_relative_to_torchs_own_error():
+    """With PyTorch's own same-dtype result given, a provider may be a few times PyTorch's error: a result
+    as far off as PyTorch passes, ten times PyTorch's error does not."""
+    torch_like = lambda x: (torch.relu(x.double()) * (1 + 1e-3)).float()  # noqa: E731 - "PyTorch" off by 1e-3
+    case = _case()
+    case.torch_same = lambda a, k: torch_like(a[0])
+    rows = time_case(case, [_prov("as_torch", torch_like)], repeats=3, min_time=0.01, log=lambda *a: None)
+    assert [r["provider"] for r in rows] == ["as_torch"]
+    with pytest.raises(AssertionError, match="refusing to time a wrong result"):
+        time_case(case, [_prov("ten_times", lambda x: (torch.relu(x.double()) * (1 + 1e-2)).float())], repeats=3,
+                  min_time=0.01, log=lambda *a: None)
+
+
+def test_case_timer_is_used():
+    """Every timed sample comes from the case's timer (CUDA events for GPU cases)."""
+    calls = []
+
+    def timer(fn, n):
+        calls.append(n)
+        for _ in range(n):
+            fn()
+        return 1e-3
+
+    case = _case()
+    case.timer = timer
+    rows = time_case(case, [_prov("p", torch.relu)], repeats=3, min_time=0.01, log=lambda *a: None)
+    assert rows[0]["median_ms"] == "1.0000" and len(calls) >= 1 + 3
+
+
+def test_bench_cuda_imports_and_skips_without_cuda(tmp_path, capsys):
+    import xkernels
+    from benchmarks import bench_cuda
+
+    cases = bench_cuda.build_cases(quick=True, dtypes=[torch.float32])  # built lazily: no tensor made yet
+    assert {c.op for c in cases} == {"fused_linear_relu", "layer_norm", "conv2d"}
+    assert all(c.timer.__name__ == "cuda_event_timer" for c in cases)
+    if xkernels.backends()["cuda"].available:
+        pytest.skip("CUDA is available here: bench_cuda would run")
+    assert bench_cuda.main(["--csv", str(tmp_path / "out.csv")]) == 0
+    assert "bench_cuda: skipped: the native CUDA backend is unavailable" in capsys.readouterr().out
+    assert not (tmp_path / "out.csv").exists()
