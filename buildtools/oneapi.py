@@ -40,8 +40,8 @@ import shlex
 import shutil
 import subprocess
 import sys
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Callable, Iterable, Mapping, Sequence
 
 # --------------------------------------------------------------------------- constants
 
@@ -523,12 +523,13 @@ class Plan:
         host = (f"libsycl.so.{self.host_libsycl_major} at {self.host_sycl_prefix}" if self.host_sycl_prefix
                 else f"none next to Python; host code builds against {tc.prefix}")
         kern = ", ".join(f"{f} ({len(n)})" for f, n in self.kernels.items()) or "none (no kernel lists a name)"
+        libsycl = f"libsycl.so.{tc.libsycl_major}" if tc.libsycl_major else "libsycl (version unknown)"
+        cuda_plugin = tc.cuda_adapter or f"not installed (no libur_adapter_cuda.so in {tc.lib_dir})"
         lines = [
             "xkernels: oneAPI ahead-of-time SYCL kernels",
             f"  compiler     : {tc.icpx} ({tc.version_line or 'icpx ' + tc.version_str}; {where})",
-            f"  libsycl      : oneAPI {'libsycl.so.' + str(tc.libsycl_major) if tc.libsycl_major else 'libsycl (version unknown)'}; "
-            f"runtime xkernels links: {host}",
-            f"  CUDA plugin  : {tc.cuda_adapter or 'not installed (no libur_adapter_cuda.so in ' + str(tc.lib_dir) + ')'}",
+            f"  libsycl      : oneAPI {libsycl}; runtime xkernels links: {host}",
+            f"  CUDA plugin  : {cuda_plugin}",
             f"  CUDA toolkit : {t.cuda_toolkit or 'not used'}",
             f"  targets      : {','.join(t.targets)} ({t.source})",
             f"  backend opts : {shlex.join(t.backend_options) if t.backend_options else '(none)'}",

@@ -19,8 +19,9 @@ import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-import xkernels  # noqa: E402
 from model_parity import SmallNet  # noqa: E402
+
+import xkernels  # noqa: E402
 
 
 def synthetic_data(n: int, classes: int, device, seed: int = 0):

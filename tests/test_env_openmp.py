@@ -1,7 +1,7 @@
 """xkernels sets GOMP_SPINCOUNT only when the user has set neither it nor OMP_WAIT_POLICY and no
 OpenMP runtime is loaded yet (python/xkernels/_env.py; why: docs/performance.md)."""
-import json
 import importlib.util
+import json
 import os
 import subprocess
 import sys

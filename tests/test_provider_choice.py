@@ -325,7 +325,7 @@ def test_choice_for_the_real_opencl_cpu_device(device_probe, spec, source, image
     devices = [d.split("|") for d in probe(device_probe, spec).get("device", [])]
     cpus = [d for d in devices if d[0] == "opencl" and d[1] == "1"]
     assert cpus, f"no OpenCL CPU device among {devices}"
-    for backend, is_cpu, is_gpu, arch, got_source, got_image in cpus:
+    for _backend, _is_cpu, is_gpu, arch, got_source, got_image in cpus:
         assert is_gpu == "0"
         assert got_source == source and got_image == image, (arch, got_source, got_image)
 

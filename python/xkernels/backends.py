@@ -14,13 +14,13 @@ import contextlib
 import os
 import threading
 from collections import Counter
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
+from typing import Any
 
 import torch
 
 from . import _C, _env
-
-BACKEND_NAMES = ("reference", "sycl", "cuda")
 
 
 class BackendUnavailableError(RuntimeError):
@@ -35,7 +35,7 @@ class BackendStatus:
     reason: str = ""
     devices: list = field(default_factory=list)
 
-    def as_dict(self):
+    def as_dict(self) -> dict[str, Any]:
         return asdict(self)
 
 
@@ -82,7 +82,7 @@ def current_backend() -> str:
 
 
 @contextlib.contextmanager
-def use_backend(name: str):
+def use_backend(name: str) -> Iterator[str]:
     """Select the backend for xkernels ops called in this thread inside the block.
 
     "auto" picks per device; "reference", "sycl" or "cuda" force that backend and raise
@@ -125,7 +125,7 @@ def _dir_size(path) -> int:
     return total
 
 
-def info() -> dict:
+def info() -> dict[str, Any]:
     """Versions, build configuration, backends, devices, kernel provider and cache."""
     cache = _env.cache_dir()
     out = {
@@ -154,7 +154,7 @@ def empty_cache() -> None:
         _C.sycl.host_cache_clear()
 
 
-def warmup(progress=None) -> dict[str, float]:
+def warmup(progress: Callable[[int, int, str], object] | None = None) -> dict[str, float]:
     """Compile every SYCL kernel for every usable SYCL device now (instead of at first use).
 
     `progress`, if given, is called as progress(done, total, label). Returns seconds per
@@ -170,14 +170,14 @@ def warmup(progress=None) -> dict[str, float]:
 class DispatchRecord:
     """Which backend/device ran each xkernels op call, and every fallback with its reason."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         self.events: list[tuple] = []
 
-    def refresh(self) -> "DispatchRecord":
+    def refresh(self) -> DispatchRecord:
         self.events = [tuple(e) for e in _C.dispatch_record_snapshot()]
         return self
 
-    def counts(self) -> Counter:
+    def counts(self) -> Counter[tuple[str, str, str]]:
         c: Counter = Counter()
         for op, backend, device, _reason, n in self.events:
             c[(op, backend, device)] += n
@@ -202,7 +202,7 @@ _record_lock = threading.Lock()
 
 
 @contextlib.contextmanager
-def dispatch_record():
+def dispatch_record() -> Iterator[DispatchRecord]:
     """Record dispatch decisions inside the block (process-wide). Yields a DispatchRecord,
     filled when the block exits."""
     rec = DispatchRecord()

@@ -35,8 +35,8 @@ class FusedLinearReLU(nn.Module):
     [out_features]), initialization and state_dict keys as ``torch.nn.Linear``.
 
     Pre-packed weight (opt-in: ``pack_weight=True`` in the constructor, ``m.pack_weight = True``, or
-    ``xkernels.optimize(model, pack_weights=True)``): when the call runs on the SYCL backend with CPU tensors and needs no
-    gradient (grad mode off, or none of input / weight / bias requires grad), the forward uses
+    ``xkernels.optimize(model, pack_weights=True)``): when the call runs on the SYCL backend with CPU tensors and
+    needs no gradient (grad mode off, or none of input / weight / bias requires grad), the forward uses
     ``fused_linear_relu_packed`` with a copy of the weight packed once by ``pack_linear_weight``,
     instead of letting ``fused_linear_relu`` re-pack it on every call. The copy is cached on the
     module (not a parameter or buffer: not in ``state_dict``) under the key (weight object, its
@@ -55,7 +55,8 @@ class FusedLinearReLU(nn.Module):
     __constants__ = ["in_features", "out_features"]
     pack_weight: bool = False
 
-    def __init__(self, in_features: int, out_features: int, bias: bool = True, device=None, dtype=None, *,
+    def __init__(self, in_features: int, out_features: int, bias: bool = True,
+                 device: torch.device | str | None = None, dtype: torch.dtype | None = None, *,
                  pack_weight: bool = False) -> None:
         super().__init__()
         self.pack_weight = bool(pack_weight)
@@ -147,8 +148,10 @@ def _unsupported_padding_mode(mode: str) -> ValueError:
 class Conv2d(nn.Conv2d):
     """``torch.nn.Conv2d`` running the xkernels conv2d op (padding_mode='zeros' only)."""
 
-    def __init__(self, in_channels: int, out_channels: int, kernel_size, stride=1, padding=0, dilation=1,
-                 groups: int = 1, bias: bool = True, padding_mode: str = "zeros", device=None, dtype=None) -> None:
+    def __init__(self, in_channels: int, out_channels: int, kernel_size: int | tuple[int, int],
+                 stride: int | tuple[int, int] = 1, padding: int | tuple[int, int] | str = 0,
+                 dilation: int | tuple[int, int] = 1, groups: int = 1, bias: bool = True, padding_mode: str = "zeros",
+                 device: torch.device | str | None = None, dtype: torch.dtype | None = None) -> None:
         if padding_mode != "zeros":
             raise _unsupported_padding_mode(padding_mode)
         super().__init__(in_channels, out_channels, kernel_size, stride, padding, dilation, groups, bias,
@@ -208,7 +211,8 @@ def _shallow_copy(module: nn.Module) -> nn.Module:
 
 
 def optimize(model: nn.Module, inplace: bool = False, *, linear_relu: bool = True, conv2d: bool = True,
-             layer_norm: bool = True, pack_weights: bool = False, report: list | None = None) -> nn.Module:
+             layer_norm: bool = True, pack_weights: bool = False,
+             report: list[tuple[str, str, str]] | None = None) -> nn.Module:
     """Returns `model` with xkernels modules swapped in:
 
     - ``nn.Linear`` directly followed by ``nn.ReLU`` among the consecutive children of an
@@ -221,7 +225,7 @@ def optimize(model: nn.Module, inplace: bool = False, *, linear_relu: bool = Tru
     share the original Parameter objects (training one trains the other). With
     ``inplace=False`` (default) the original model's structure is left untouched: containers
     on the path to a replacement are shallow copies. Nested models are handled at any depth.
-    If `report` is a list, (qualified name, old class, new class) tuples are appended to it.
+    If `report` is a list, (qualified name, old class name, new class name) tuples are appended to it.
     ``pack_weights=True`` turns on the pre-packed weight of the new ``FusedLinearReLU`` modules (for
     inference; read its docstring for the one way a packed copy can go stale).
     """

@@ -77,10 +77,6 @@ def _empty(like: Tensor) -> Tensor:
     return like.new_empty((0,))
 
 
-def _t_fused_linear_relu(input, weight, bias=None):
-    return fused_linear_relu(input, weight, bias)
-
-
 def _t_fused_linear_relu_backward(grad_output, input, weight, output, output_mask):
     # What autograd does for relu(linear(...)) in this dtype, with the mask of the given output.
     g = grad_output * (output > 0).to(grad_output.dtype)
@@ -89,10 +85,6 @@ def _t_fused_linear_relu_backward(grad_output, input, weight, output, output_mas
     gw = g2.t() @ x2 if output_mask[1] else _empty(weight)
     gb = g2.sum(0) if output_mask[2] else _empty(weight)
     return gi, gw, gb
-
-
-def _t_conv2d(input, weight, bias=None, stride=(1, 1), padding=(0, 0), dilation=(1, 1), groups=1):
-    return F.conv2d(input, weight, bias, stride, padding, dilation, groups)
 
 
 def _t_conv2d_backward(grad_output, input, weight, stride, padding, dilation, groups, output_mask):
@@ -131,9 +123,9 @@ def _t_layer_norm_backward(grad_output, input, normalized_shape, mean, rstd, wei
 
 
 _TORCH_IMPLS = {
-    "fused_linear_relu": _t_fused_linear_relu,
+    "fused_linear_relu": fused_linear_relu,
     "fused_linear_relu_backward": _t_fused_linear_relu_backward,
-    "conv2d": _t_conv2d,
+    "conv2d": F.conv2d,
     "conv2d_backward": _t_conv2d_backward,
     "layer_norm_forward": _t_layer_norm_forward,
     "layer_norm_backward": _t_layer_norm_backward,
