@@ -11,7 +11,7 @@ from torch import nn
 import xkernels
 import xkernels.nn as xnn
 from xkernels.parity import tensor_error
-from xkernels.tolerances import DTYPES
+from xkernels.tolerances import DTYPES, assert_close
 
 import _backends
 
@@ -348,27 +348,27 @@ def test_fused_linear_relu_packed_cache_used_and_invalidated(sycl_backend):
         m.weight.add_(1)
         y = m(x)
     assert _packed_cache(m)[2] is not first[2]
-    torch.testing.assert_close(y.double(), _expected(m, x), rtol=1e-5, atol=1e-4)
+    assert_close(y, _expected(m, x), torch.float32, "packed module output")
     # A new Parameter object.
     second = _packed_cache(m)
     m.weight = torch.nn.Parameter(torch.randn(130, 40))
     with torch.no_grad():
         y = m(x)
     assert _packed_cache(m)[2] is not second[2]
-    torch.testing.assert_close(y.double(), _expected(m, x), rtol=1e-5, atol=1e-4)
+    assert_close(y, _expected(m, x), torch.float32, "packed module output")
     # load_state_dict copies in place.
     third = _packed_cache(m)
     m.load_state_dict({"weight": torch.randn(130, 40), "bias": torch.randn(130)})
     with torch.no_grad():
         y = m(x)
     assert _packed_cache(m)[2] is not third[2]
-    torch.testing.assert_close(y.double(), _expected(m, x), rtol=1e-5, atol=1e-4)
+    assert_close(y, _expected(m, x), torch.float32, "packed module output")
     # .to(dtype): the packed copy follows the new dtype.
     m.to(torch.float64)
     with torch.no_grad():
         y = m(x.double())
     assert y.dtype == torch.float64 and _packed_cache(m)[2].dtype == torch.float64
-    torch.testing.assert_close(y, _expected(m, x), rtol=1e-10, atol=1e-10)
+    assert_close(y, _expected(m, x), torch.float64, "packed module output")
     assert set(m.state_dict()) == {"weight", "bias"}
 
 
@@ -410,7 +410,7 @@ def test_fused_linear_relu_packing_is_opt_in_and_data_writes_need_invalidation(s
         m(x)
         assert _packed_cache(m) is None
         m.weight.data.mul_(2)
-        torch.testing.assert_close(m(x).double(), _expected(m, x), rtol=1e-5, atol=1e-4)
+        assert_close(m(x), _expected(m, x), torch.float32, "module output")
     # Opted in: the stale case the docstring describes, and the documented remedy.
     m.pack_weight = True
     assert "pack_weight=True" in repr(m)
@@ -419,7 +419,7 @@ def test_fused_linear_relu_packing_is_opt_in_and_data_writes_need_invalidation(s
         m.weight.data.mul_(2)
         m.invalidate_packed_weight()
         assert _packed_cache(m) is None
-        torch.testing.assert_close(m(x).double(), _expected(m, x), rtol=1e-5, atol=1e-4)
+        assert_close(m(x), _expected(m, x), torch.float32, "module output")
 
 
 def test_optimize_pack_weights_flag():
