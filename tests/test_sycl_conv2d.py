@@ -265,9 +265,11 @@ def test_split_reduction_deterministic(stride, padding, dilation):
     _, exp_grads = _oracle(x, w, b, stride, padding, dilation, 1, grad_out)
     _, g1 = _run("sycl", x, w, b, stride, padding, dilation, 1, grad_out)
     _, g2 = _run("sycl", x, w, b, stride, padding, dilation, 1, grad_out)
-    for a, c, e, what in zip(g1, g2, exp_grads, ("grad_input", "grad_weight", "grad_bias")):
-        # grad_weight reduces over N*OH*OW (up to 1520) terms.
-        assert_close(a, e, torch.float32, what, terms=grad_out.numel() // grad_out.shape[1])
+    # grad_input reduces over O*KH*KW (216) terms, grad_weight and grad_bias over N*OH*OW (up to 1520).
+    pixels = grad_out.numel() // grad_out.shape[1]
+    terms = (w.shape[0] * w.shape[2] * w.shape[3], pixels, pixels)
+    for a, c, e, n, what in zip(g1, g2, exp_grads, terms, ("grad_input", "grad_weight", "grad_bias")):
+        assert_close(a, e, torch.float32, what, terms=n)
         assert torch.equal(a, c), f"{what}: not bitwise repeatable"
 
 
