@@ -41,8 +41,10 @@ def build_cases(quick: bool, dtypes: list[torch.dtype]) -> list:
     modes = ["fwd", "fwd+bwd"]
     groups = [lambda dt, s=s: C.linear_cases(dt, modes, mnk=[s], device=dev) for s in LINEAR_MNK[:n]]
     groups += [lambda dt, s=s: C.layer_norm_cases(dt, modes, shapes=[s], device=dev) for s in LAYER_NORM_SHAPES[:n]]
-    groups += [lambda dt, layer=layer: C.conv_cases(dt, modes, batches=(32,), layers=[layer], device=dev)
-               for layer in CONV_LAYERS[:n]]
+    groups += [
+        lambda dt, layer=layer: C.conv_cases(dt, modes, batches=(32,), layers=[layer], device=dev)
+        for layer in CONV_LAYERS[:n]
+    ]
     return [case for make in groups for dt in dtypes for case in make(dt)]
 
 
@@ -74,9 +76,12 @@ def main(argv: list[str] | None = None) -> int:
         by = {r["provider"]: r for r in case_rows}
         if "xkernels[cuda]" in by and "torch" in by:
             ratio = float(by["xkernels[cuda]"]["median_ms"]) / float(by["torch"]["median_ms"])
-            print(f"{case.op:18s} {case.shape:40s} {str(case.dtype)[6:]:9s} {case.mode:8s} "
-                  f"xkernels {by['xkernels[cuda]']['median_ms']} ms  torch {by['torch']['median_ms']} ms  "
-                  f"ratio {ratio:6.2f}", flush=True)
+            print(
+                f"{case.op:18s} {case.shape:40s} {str(case.dtype)[6:]:9s} {case.mode:8s} "
+                f"xkernels {by['xkernels[cuda]']['median_ms']} ms  torch {by['torch']['median_ms']} ms  "
+                f"ratio {ratio:6.2f}",
+                flush=True,
+            )
         append_csv(case_rows, args.csv, prov)
         rows += case_rows
     if not rows:
@@ -89,8 +94,10 @@ def main(argv: list[str] | None = None) -> int:
         th = {key(r): float(r["median_ms"]) for r in rows if r["op"] == op and r["provider"] == "torch"}
         ratios = [xk[k] / th[k] for k in xk if k in th]
         if ratios:
-            print(f"  {op:18s} geometric-mean time ratio xkernels/torch: "
-                  f"{statistics.geometric_mean(ratios):.2f} over {len(ratios)} cases")
+            print(
+                f"  {op:18s} geometric-mean time ratio xkernels/torch: "
+                f"{statistics.geometric_mean(ratios):.2f} over {len(ratios)} cases"
+            )
     return 0
 
 

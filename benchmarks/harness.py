@@ -9,6 +9,7 @@ them alike; each provider gets `repeats` samples of a timed inner loop, timed by
 timer (wall clock, or CUDA events for GPU work); median and spread (IQR / median) are reported;
 throughput comes from explicit FLOP or byte formulas given by each case.
 """
+
 from __future__ import annotations
 
 import csv
@@ -28,8 +29,26 @@ import xkernels
 from xkernels.tolerances import within_budget
 
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
-CSV_FIELDS = ["timestamp", "commit", "op", "mode", "provider", "dtype", "shape", "metric", "unit", "median",
-              "spread", "median_ms", "samples", "device", "torch", "xkernels", "sycl_runtime", "threads"]
+CSV_FIELDS = [
+    "timestamp",
+    "commit",
+    "op",
+    "mode",
+    "provider",
+    "dtype",
+    "shape",
+    "metric",
+    "unit",
+    "median",
+    "spread",
+    "median_ms",
+    "samples",
+    "device",
+    "torch",
+    "xkernels",
+    "sycl_runtime",
+    "threads",
+]
 
 
 # ------------------------------------------------------------------------------------ timers
@@ -59,37 +78,42 @@ def cuda_event_timer(fn: Callable[[], object], n: int) -> float:
 @dataclass
 class Case:
     op: str
-    mode: str                      # "fwd" or "fwd+bwd"
+    mode: str  # "fwd" or "fwd+bwd"
     dtype: torch.dtype
-    shape: str                     # printable shape key
-    make_inputs: Callable[[], tuple]   # -> (args tuple, kwargs dict); tensors with requires_grad as needed
-    oracle: Callable               # (args, kwargs) -> float64 output (forward)
-    work: float                    # FLOPs or bytes per call (for the metric)
-    metric: str                    # "GFLOP/s" or "GB/s"
-    big: bool = False              # skip slow providers (the reference backend) on these
+    shape: str  # printable shape key
+    make_inputs: Callable[[], tuple]  # -> (args tuple, kwargs dict); tensors with requires_grad as needed
+    oracle: Callable  # (args, kwargs) -> float64 output (forward)
+    work: float  # FLOPs or bytes per call (for the metric)
+    metric: str  # "GFLOP/s" or "GB/s"
+    big: bool = False  # skip slow providers (the reference backend) on these
     torch_same: Callable | None = None  # (args, kwargs) -> PyTorch's own result in `dtype`: the error budget's
-                                        # scale (None: PyTorch's error counts as 0, only the budget's floor)
+    # scale (None: PyTorch's error counts as 0, only the budget's floor)
     timer: Callable[[Callable[[], object], int], float] = wall_timer
 
 
 @dataclass
 class Provider:
     name: str
-    fn: Callable                   # (op, args, kwargs) -> output
+    fn: Callable  # (op, args, kwargs) -> output
     available: bool = True
     reason: str = ""
     handles_big: bool = True
     setup: Callable | None = None  # context manager factory entered around calls
     extra: dict = field(default_factory=dict)
-    ops: frozenset | None = None   # the ops this provider runs (None: every op)
-    checked: bool = True           # False: a baseline that computes something else (e.g. a plain copy
-                                   # for the copy bandwidth), timed on the same inputs but not checked
+    ops: frozenset | None = None  # the ops this provider runs (None: every op)
+    checked: bool = True  # False: a baseline that computes something else (e.g. a plain copy
+    # for the copy bandwidth), timed on the same inputs but not checked
 
 
 def _commit() -> str:
     try:
-        return subprocess.run(["git", "describe", "--always", "--dirty", "--abbrev=8"], capture_output=True, text=True,
-                              cwd=Path(__file__).parent, check=True).stdout.strip()
+        return subprocess.run(
+            ["git", "describe", "--always", "--dirty", "--abbrev=8"],
+            capture_output=True,
+            text=True,
+            cwd=Path(__file__).parent,
+            check=True,
+        ).stdout.strip()
     except Exception:
         return "unknown"
 
@@ -156,8 +180,10 @@ def time_case(case: Case, providers: list[Provider], repeats: int, min_time: flo
             log(f"    {p.name:22s} ERROR {type(e).__name__}: {str(e).splitlines()[0][:120]}")
             continue
         if p.checked and not ok:
-            raise AssertionError(f"{case.op} {case.shape} {case.dtype} {p.name}: max error {err:.3g} exceeds the "
-                                 f"budget {allowed:.3g}; refusing to time a wrong result")
+            raise AssertionError(
+                f"{case.op} {case.shape} {case.dtype} {p.name}: max error {err:.3g} exceeds the "
+                f"budget {allowed:.3g}; refusing to time a wrong result"
+            )
         live.append(p)
     if not live:
         return rows
@@ -186,12 +212,21 @@ def time_case(case: Case, providers: list[Provider], repeats: int, min_time: flo
         med = statistics.median(s)
         q1, q3 = (s[len(s) // 4], s[(3 * len(s)) // 4]) if len(s) >= 4 else (s[0], s[-1])
         value = case.work / med / 1e9
-        rows.append({
-            "op": case.op, "mode": case.mode, "provider": p.name, "dtype": str(case.dtype).replace("torch.", ""),
-            "shape": case.shape, "metric": case.metric.split("/")[0].lower() + "_per_s", "unit": case.metric,
-            "median": f"{value:.3f}", "spread": f"{(q3 - q1) / med:.3f}", "median_ms": f"{med * 1e3:.4f}",
-            "samples": len(s),
-        })
+        rows.append(
+            {
+                "op": case.op,
+                "mode": case.mode,
+                "provider": p.name,
+                "dtype": str(case.dtype).replace("torch.", ""),
+                "shape": case.shape,
+                "metric": case.metric.split("/")[0].lower() + "_per_s",
+                "unit": case.metric,
+                "median": f"{value:.3f}",
+                "spread": f"{(q3 - q1) / med:.3f}",
+                "median_ms": f"{med * 1e3:.4f}",
+                "samples": len(s),
+            }
+        )
     return rows
 
 

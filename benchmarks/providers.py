@@ -1,4 +1,5 @@
 """The providers a benchmark compares: xkernels per backend, torch eager, torch.compile, IPEX."""
+
 from __future__ import annotations
 
 import importlib
@@ -58,8 +59,9 @@ def _sycl_unpacked_provider() -> Provider:
 
 def _copy_provider() -> Provider:
     """Copy-bandwidth baseline for layer_norm.out: out.copy_(input), the same bytes read and written."""
-    return Provider("copy", lambda op, args, kwargs: kwargs["out"].copy_(args[0]), ops=frozenset({"layer_norm.out"}),
-                    checked=False)
+    return Provider(
+        "copy", lambda op, args, kwargs: kwargs["out"].copy_(args[0]), ops=frozenset({"layer_norm.out"}), checked=False
+    )
 
 
 def _torch_provider() -> Provider:
@@ -71,6 +73,7 @@ def _compile_provider() -> Provider:
     # shape and, past its recompile limit (8 by default), silently runs the function eagerly: the suite's dozens
     # of shapes per op would then time torch eager under the torch.compile label. So the limit is lifted here.
     import torch._dynamo.config as dynamo_config
+
     for name in ("recompile_limit", "cache_size_limit", "accumulated_recompile_limit", "accumulated_cache_size_limit"):
         if hasattr(dynamo_config, name):
             setattr(dynamo_config, name, max(getattr(dynamo_config, name), 4096))
@@ -89,8 +92,16 @@ def _ipex_provider() -> Provider:
 
 
 def all_providers(names: list[str] | None = None) -> list[Provider]:
-    provs = [_xkernels_provider("sycl"), _sycl_unpacked_provider(), _xkernels_provider("cuda"),
-             _xkernels_provider("reference"), _torch_provider(), _copy_provider(), _compile_provider(), _ipex_provider()]
+    provs = [
+        _xkernels_provider("sycl"),
+        _sycl_unpacked_provider(),
+        _xkernels_provider("cuda"),
+        _xkernels_provider("reference"),
+        _torch_provider(),
+        _copy_provider(),
+        _compile_provider(),
+        _ipex_provider(),
+    ]
     if names:
         provs = [p for p in provs if p.name in names or p.name.split("[")[-1].rstrip("]") in names]
     return provs

@@ -3,6 +3,7 @@ test_cache_robustness): dtype support per backend, tensors with arbitrary layout
 elementwise error-bound check, and subprocess runners that turn a crash into a test failure.
 The backends come from the `backend` fixture (tests/conftest.py, tests/_backends.py).
 """
+
 from __future__ import annotations
 
 import os
@@ -83,7 +84,7 @@ def place(values: torch.Tensor, layout: Layout | None, device) -> torch.Tensor:
     for s in padded:
         numel *= s
     base = torch.full((layout.offset + numel,), float("nan"), dtype=values.dtype, device=device)
-    t = base[layout.offset:].view(padded) if numel else base[layout.offset:layout.offset].view(padded)
+    t = base[layout.offset :].view(padded) if numel else base[layout.offset : layout.offset].view(padded)
     t = t[tuple(slice(None, None, steps[p]) for p in perm)]
     inv = [0] * nd
     for i, p in enumerate(perm):
@@ -107,13 +108,15 @@ def assert_within(name: str, actual: torch.Tensor, expected64: torch.Tensor, bou
     b = bound.detach().to("cpu", torch.float64).expand(e.shape)
     nan_a, nan_e = a.isnan(), e.isnan()
     assert torch.equal(nan_a, nan_e), (
-        f"{name}: NaN pattern differs ({int(nan_a.sum())} NaN vs {int(nan_e.sum())} expected). {context}")
+        f"{name}: NaN pattern differs ({int(nan_a.sum())} NaN vs {int(nan_e.sum())} expected). {context}"
+    )
     fmax = torch.finfo(actual.dtype).max if actual.is_floating_point() else float("inf")
     may_overflow = (e.abs() + b) >= fmax
     overflowed = a.isinf() & may_overflow & ~e.isnan() & (a.sign() == e.sign())
     inf_e = e.isinf()
     assert torch.equal(a.isinf() & ~overflowed, inf_e & ~overflowed) and torch.equal(a[inf_e], e[inf_e]), (
-        f"{name}: Inf pattern differs ({int(a.isinf().sum())} Inf vs {int(inf_e.sum())} expected). {context}")
+        f"{name}: Inf pattern differs ({int(a.isinf().sum())} Inf vs {int(inf_e.sum())} expected). {context}"
+    )
     fin = ~(nan_e | inf_e | overflowed)
     err = (a - e).abs()[fin]
     b = b[fin]
@@ -124,7 +127,8 @@ def assert_within(name: str, actual: torch.Tensor, expected64: torch.Tensor, bou
         raise AssertionError(
             f"{name}: {int(bad.sum())} of {err.numel()} elements outside the error bound (worst err/bound = "
             f"{ratio:.3g}); e.g. got {float(a[fin][i])!r}, expected {float(e[fin][i])!r}, bound {float(b[i])!r}. "
-            f"{context}")
+            f"{context}"
+        )
 
 
 # ---------------------------------------------------------------------------- subprocesses
@@ -133,8 +137,9 @@ def assert_within(name: str, actual: torch.Tensor, expected64: torch.Tensor, bou
 def child_env(**extra) -> dict:
     env = dict(os.environ)
     # the caller's PYTHONPATH first: a sanitizer build (scripts/sanitize_check.sh) must win in children too
-    env["PYTHONPATH"] = os.pathsep.join(p for p in [env.get("PYTHONPATH", ""), str(PACKAGE_PARENT), str(ROOT / "tests")]
-                                        if p)
+    env["PYTHONPATH"] = os.pathsep.join(
+        p for p in [env.get("PYTHONPATH", ""), str(PACKAGE_PARENT), str(ROOT / "tests")] if p
+    )
     env.setdefault("OMP_NUM_THREADS", "2")
     env.update({k: str(v) for k, v in extra.items() if v is not None})
     for k, v in extra.items():
@@ -145,8 +150,15 @@ def child_env(**extra) -> dict:
 
 def run_python(code: str, timeout: float = 300, env: dict | None = None, **popen) -> subprocess.CompletedProcess:
     """Runs `code` in a fresh interpreter; a signal death shows up as a negative returncode."""
-    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True,
-                          timeout=timeout, env=env or child_env(), cwd=str(ROOT), **popen)
+    return subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=env or child_env(),
+        cwd=str(ROOT),
+        **popen,
+    )
 
 
 def describe_result(r: subprocess.CompletedProcess) -> str:

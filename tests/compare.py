@@ -1,4 +1,5 @@
 """Forward + backward comparison of an xkernels op against a float64 torch oracle."""
+
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence

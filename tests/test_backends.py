@@ -1,5 +1,6 @@
 """Backend selection and introspection: backends(), use_backend (nesting, restoring, threads),
 XKERNELS_BACKEND, invalid and unavailable names, and the dispatch record."""
+
 from __future__ import annotations
 
 import os
@@ -139,19 +140,20 @@ def test_unavailable_backend_raises():
 
 
 def _run_python(code: str, **env) -> subprocess.CompletedProcess:
-    full_env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(PYTHON_DIR), os.environ.get("PYTHONPATH", "")]),
-                **env}
+    full_env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(PYTHON_DIR), os.environ.get("PYTHONPATH", "")]), **env}
     return subprocess.run([sys.executable, "-c", code], env=full_env, capture_output=True, text=True, timeout=120)
 
 
 def test_env_var_sets_process_default():
-    code = ("import torch, xkernels\n"
-            "print(xkernels.current_backend())\n"
-            "with xkernels.dispatch_record() as rec:\n"
-            "    xkernels.fused_linear_relu(torch.randn(2, 3), torch.randn(4, 3))\n"
-            "print(sorted(rec.counts()))\n"
-            "with xkernels.use_backend('auto'):\n"
-            "    print(xkernels.current_backend())\n")
+    code = (
+        "import torch, xkernels\n"
+        "print(xkernels.current_backend())\n"
+        "with xkernels.dispatch_record() as rec:\n"
+        "    xkernels.fused_linear_relu(torch.randn(2, 3), torch.randn(4, 3))\n"
+        "print(sorted(rec.counts()))\n"
+        "with xkernels.use_backend('auto'):\n"
+        "    print(xkernels.current_backend())\n"
+    )
     p = _run_python(code, XKERNELS_BACKEND="Reference")
     assert p.returncode == 0, p.stderr
     lines = p.stdout.splitlines()
@@ -192,8 +194,11 @@ def _graph_of_every_op(requires_grad=True):
     w = torch.randn(5, 4, requires_grad=requires_grad)
     xi = torch.randn(1, 2, 5, 5, requires_grad=requires_grad)
     wi = torch.randn(3, 2, 3, 3, requires_grad=requires_grad)
-    return (xkernels.fused_linear_relu(x, w).sum() + xkernels.conv2d(xi, wi, padding=1).sum()
-            + xkernels.layer_norm(x, [4]).sum())
+    return (
+        xkernels.fused_linear_relu(x, w).sum()
+        + xkernels.conv2d(xi, wi, padding=1).sum()
+        + xkernels.layer_norm(x, [4]).sum()
+    )
 
 
 BACKWARD_OPS = ("fused_linear_relu_backward", "conv2d_backward", "layer_norm_backward")
@@ -341,8 +346,9 @@ def test_required_unavailable_backend_errors_the_run():
     base = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", test_id]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(PYTHON_DIR), os.environ.get("PYTHONPATH", "")])}
     env.pop("XKERNELS_REQUIRE_SYCL", None)
-    strict = subprocess.run(base, env={**env, "XKERNELS_REQUIRE_BACKENDS": "nosuchbackend"}, capture_output=True,
-                            text=True, timeout=300)
+    strict = subprocess.run(
+        base, env={**env, "XKERNELS_REQUIRE_BACKENDS": "nosuchbackend"}, capture_output=True, text=True, timeout=300
+    )
     assert strict.returncode != 0 and "1 error" in strict.stdout, strict.stdout
     assert "backend 'nosuchbackend' is required" in strict.stdout
 
@@ -356,9 +362,11 @@ def test_reference_is_deterministic_across_thread_counts():
 
     def run():
         outs = []
-        for fn, args in ((xkernels.fused_linear_relu, (x, w, b)),
-                         (lambda a, c: xkernels.conv2d(a, c, None, 1, 1), (xi, wi)),
-                         (lambda a: xkernels.layer_norm(a, [200]), (xl,))):
+        for fn, args in (
+            (xkernels.fused_linear_relu, (x, w, b)),
+            (lambda a, c: xkernels.conv2d(a, c, None, 1, 1), (xi, wi)),
+            (lambda a: xkernels.layer_norm(a, [200]), (xl,)),
+        ):
             leaves = [t.clone().requires_grad_() for t in args]
             out = fn(*leaves)
             outs += [out.detach(), *torch.autograd.grad(out, leaves, torch.ones_like(out))]

@@ -8,6 +8,7 @@ tests/test_sycl_runtime.py::test_corrupted_cache_entry_rebuilt):
 * KeyboardInterrupt (SIGINT) during kernel compilation -- and even SIGKILL -- leaves no broken
   cache entry: the next process gets right results from a consistent cache.
 """
+
 from __future__ import annotations
 
 import json
@@ -56,6 +57,7 @@ with xkernels.use_backend("sycl"):
 print(json.dumps({"errs": errs, "builds": _C.sycl.build_log(), "purged": _C.sycl.cache_purged()}))
 """
 
+
 def _sycl():
     _backends.get("sycl")
 
@@ -82,8 +84,17 @@ def _entries(cache: Path) -> dict:
 @pytest.mark.sycl
 def test_concurrent_processes_populate_cache_consistently(tmp_path):
     _sycl()
-    procs = [subprocess.Popen([sys.executable, "-c", ALL_OPS], env=_env_for(tmp_path), cwd=str(Path(__file__).parents[1]),
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(4)]
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", ALL_OPS],
+            env=_env_for(tmp_path),
+            cwd=str(Path(__file__).parents[1]),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for _ in range(4)
+    ]
     for p in procs:
         out, err = p.communicate(timeout=900)
         _check_ok(subprocess.CompletedProcess(p.args, p.returncode, out, err))
@@ -132,8 +143,11 @@ print(json.dumps(res))
 
 
 def test_writable_cache_directory_no_warning(tmp_path):
-    r = run_python("import warnings\nwarnings.simplefilter('error')\nimport xkernels, os\n"
-                   "print(os.environ['SYCL_CACHE_PERSISTENT'])", env=_env_for(tmp_path / "fresh"))
+    r = run_python(
+        "import warnings\nwarnings.simplefilter('error')\nimport xkernels, os\n"
+        "print(os.environ['SYCL_CACHE_PERSISTENT'])",
+        env=_env_for(tmp_path / "fresh"),
+    )
     assert r.returncode == 0, describe_result(r)
     assert r.stdout.strip().splitlines()[-1] == "1"
     assert (tmp_path / "fresh" / "sycl").is_dir()
@@ -153,15 +167,21 @@ print("FINISHED", flush=True)
 
 
 @pytest.mark.sycl
-@pytest.mark.parametrize("sig,delays", [(signal.SIGINT, (0.4, 1.5)), (signal.SIGKILL, (1.0,))],
-                         ids=["KeyboardInterrupt", "SIGKILL"])
+@pytest.mark.parametrize(
+    "sig,delays", [(signal.SIGINT, (0.4, 1.5)), (signal.SIGKILL, (1.0,))], ids=["KeyboardInterrupt", "SIGKILL"]
+)
 def test_interrupted_compilation_leaves_no_broken_entry(tmp_path, sig, delays):
     _sycl()
     for i, delay in enumerate(delays):
         cache = tmp_path / f"c{i}"
-        p = subprocess.Popen([sys.executable, "-c", COMPILE_FOREVER], env=_env_for(cache),
-                             cwd=str(Path(__file__).parents[1]), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                             text=True)
+        p = subprocess.Popen(
+            [sys.executable, "-c", COMPILE_FOREVER],
+            env=_env_for(cache),
+            cwd=str(Path(__file__).parents[1]),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
         assert p.stdout.readline().strip() == "READY"
         time.sleep(delay)
         p.send_signal(sig)
@@ -170,8 +190,8 @@ def test_interrupted_compilation_leaves_no_broken_entry(tmp_path, sig, delays):
             # Python raised KeyboardInterrupt (uncaught, it exits "by SIGINT": rc -2) or had finished
             # already: never a crash (SIGSEGV, abort)
             assert (p.returncode in (1, -signal.SIGINT) and "KeyboardInterrupt" in err) or (
-                p.returncode == 0 and "FINISHED" in out), (
-                f"rc={p.returncode}\n{out}\n{err[-3000:]}")
+                p.returncode == 0 and "FINISHED" in out
+            ), f"rc={p.returncode}\n{out}\n{err[-3000:]}"
         # the next process sees a consistent cache: right results, no crash. After KeyboardInterrupt
         # there is nothing broken to purge at all; after SIGKILL a half-written entry may be left,
         # and it must have been detected and rebuilt (the results are right).

@@ -1,5 +1,6 @@
 """`python -m xkernels ...` as a user runs it: one subprocess per command, checking the
 output and the exit status, including failing cases."""
+
 from __future__ import annotations
 
 import json
@@ -25,8 +26,9 @@ def run(*args, cwd=None, env_extra=None, timeout=300):
     env.pop("FORCE_COLOR", None)
     env["COLUMNS"] = "200"
     env.update(env_extra or {})
-    p = subprocess.run([sys.executable, "-m", "xkernels", *args], capture_output=True, text=True, cwd=cwd, env=env,
-                       timeout=timeout)
+    p = subprocess.run(
+        [sys.executable, "-m", "xkernels", *args], capture_output=True, text=True, cwd=cwd, env=env, timeout=timeout
+    )
     return p.returncode, p.stdout + p.stderr
 
 
@@ -64,8 +66,9 @@ def test_default_command_is_check_and_failure_exits_nonzero():
     backends = xkernels.parity.backends_for_device("cpu")
     assert re.search(r"^op parity on cpu vs float64 oracle \(budget scale 0\)", out, re.M), out
     for b in backends:
-        assert re.search(rf"^│   6x40, affine │ float16 │ {b}\s+│.*│ FAIL output,grad_input,grad_weight,grad_bias │$",
-                         out, re.M), out
+        assert re.search(
+            rf"^│   6x40, affine │ float16 │ {b}\s+│.*│ FAIL output,grad_input,grad_weight,grad_bias │$", out, re.M
+        ), out
     n = len(backends)
     assert re.search(rf"^FAILED: {n} of {n} backend checks outside the error budget", out, re.M), out
 
@@ -73,11 +76,14 @@ def test_default_command_is_check_and_failure_exits_nonzero():
 # Usage errors are decided before any work starts: checked in process (fast), through main().
 
 
-@pytest.mark.parametrize("argv,msg", [
-    (["check", "--budget-scale", "-1"], "must be >= 0"),
-    (["bogus-command"], "invalid choice"),
-    (["cache", "wipe"], "invalid choice"),
-])
+@pytest.mark.parametrize(
+    "argv,msg",
+    [
+        (["check", "--budget-scale", "-1"], "must be >= 0"),
+        (["bogus-command"], "invalid choice"),
+        (["cache", "wipe"], "invalid choice"),
+    ],
+)
 def test_argument_errors_exit_2(capsys, argv, msg):
     with pytest.raises(SystemExit) as exc:
         main(argv)
@@ -103,8 +109,9 @@ def test_info_text_and_json():
 def _assert_environment(out: str) -> None:
     """The environment header of check / info: versions, build line, cache directory, and one row per backend
     saying whether it is built and available."""
-    assert re.search(rf"^xkernels\s+{re.escape(xkernels.__version__)}\s+torch {re.escape(torch.__version__)}\s",
-                     out, re.M), out
+    assert re.search(
+        rf"^xkernels\s+{re.escape(xkernels.__version__)}\s+torch {re.escape(torch.__version__)}\s", out, re.M
+    ), out
     assert re.search(rf"^build\s+torch={re.escape(torch.__version__.split('+')[0])} sycl=", out, re.M), out
     assert re.search(rf"^cache\s+{re.escape(str(xkernels.info()['cache']['dir']))} ", out, re.M), out
     if xkernels._C.with_sycl:
@@ -171,13 +178,16 @@ def test_parity_bad_factory_points_at_the_module(factory_file):
     assert "dispatch record: reference" in out
 
 
-@pytest.mark.parametrize("spec,msg", [
-    ("no_colon_here", "expected MODULE:FACTORY"),
-    ("/nonexistent/dir/f.py:make", "factory file not found"),
-    ("xkernels_no_such_module:make", "could not import 'xkernels_no_such_module'"),
-    ("FILE:missing", "has no callable 'missing'"),
-    ("FILE:not_a_pair", "must return (model, inputs)"),
-])
+@pytest.mark.parametrize(
+    "spec,msg",
+    [
+        ("no_colon_here", "expected MODULE:FACTORY"),
+        ("/nonexistent/dir/f.py:make", "factory file not found"),
+        ("xkernels_no_such_module:make", "could not import 'xkernels_no_such_module'"),
+        ("FILE:missing", "has no callable 'missing'"),
+        ("FILE:not_a_pair", "must return (model, inputs)"),
+    ],
+)
 def test_parity_usage_errors(capsys, factory_file, spec, msg):
     rc = main(["parity", spec.replace("FILE", str(factory_file))])
     out = capsys.readouterr().out

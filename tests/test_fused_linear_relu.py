@@ -1,4 +1,5 @@
 """fused_linear_relu forward and backward against torch.nn.functional in float64."""
+
 from __future__ import annotations
 
 import math
@@ -67,8 +68,15 @@ def _layout(kind: str, M: int, K: int, N: int, dtype):
     return x, w, b
 
 
-LAYOUTS = ["transposed_input", "transposed_weight", "sliced", "storage_offset", "strided_bias", "broadcast_input",
-           "noncontiguous_grad"]
+LAYOUTS = [
+    "transposed_input",
+    "transposed_weight",
+    "sliced",
+    "storage_offset",
+    "strided_bias",
+    "broadcast_input",
+    "noncontiguous_grad",
+]
 
 
 @pytest.mark.parametrize("layout", LAYOUTS)
@@ -79,8 +87,15 @@ def test_layouts(backend, dtype, layout):
         assert not x.is_contiguous()
     if layout == "storage_offset":
         assert x.storage_offset() > 0 and w.storage_offset() > 0
-    check_forward_backward(xkernels.fused_linear_relu, oracle, [x, w, b], NAMES, dtype,
-                           f"fused_linear_relu[{layout}]", noncontiguous_grad=layout == "noncontiguous_grad")
+    check_forward_backward(
+        xkernels.fused_linear_relu,
+        oracle,
+        [x, w, b],
+        NAMES,
+        dtype,
+        f"fused_linear_relu[{layout}]",
+        noncontiguous_grad=layout == "noncontiguous_grad",
+    )
 
 
 @pytest.mark.parametrize("needs", ["input", "weight", "bias", "input+bias", "weight+bias"])
@@ -145,7 +160,7 @@ PACKED_SHAPES = [((7, 13), 5), ((3, 5, 17), 70), ((1, 33), 64), ((130, 600), 130
 def test_packed_matches_unpacked(cpu_backend, dtype, shape, n, bias):
     K = shape[-1]
     # x scaled by 1/sqrt(K): O(1) sums also for K = 600 (> the GEMM's K block of 512), within the budgets.
-    x, w = (torch.randn(*shape) / K ** 0.5).to(dtype), randn(n, K, dtype=dtype)
+    x, w = (torch.randn(*shape) / K**0.5).to(dtype), randn(n, K, dtype=dtype)
     b = randn(n, dtype=dtype) if bias else None
     packed = xkernels.pack_linear_weight(w)
     c = 32 if dtype == torch.float64 else 64
@@ -193,12 +208,14 @@ def test_packed_layout_same_on_every_backend(cpu_backend):
 
 def test_packed_empty(cpu_backend):
     x, w, b = torch.randn(4, 0), torch.randn(3, 0), torch.randn(3)
-    assert torch.equal(xkernels.fused_linear_relu_packed(x, xkernels.pack_linear_weight(w), b, 3),
-                       b.clamp_min(0).expand(4, 3))
+    assert torch.equal(
+        xkernels.fused_linear_relu_packed(x, xkernels.pack_linear_weight(w), b, 3), b.clamp_min(0).expand(4, 3)
+    )
     w = torch.randn(0, 5)
     assert xkernels.fused_linear_relu_packed(torch.randn(2, 5), xkernels.pack_linear_weight(w), None, 0).shape == (2, 0)
-    assert xkernels.fused_linear_relu_packed(torch.randn(0, 5), xkernels.pack_linear_weight(torch.randn(3, 5)),
-                                             None, 3).shape == (0, 3)
+    assert xkernels.fused_linear_relu_packed(
+        torch.randn(0, 5), xkernels.pack_linear_weight(torch.randn(3, 5)), None, 3
+    ).shape == (0, 3)
 
 
 def test_packed_not_differentiable(cpu_backend):
@@ -215,16 +232,26 @@ def test_packed_validation(case):
     x, w = torch.randn(2, 8), torch.randn(70, 8)
     packed = xkernels.pack_linear_weight(w)
     call, parts = {
-        "packed-shape": (lambda: xkernels.fused_linear_relu_packed(torch.randn(2, 9), packed, None, 70),
-                         ["'packed_weight'", "[2, 8, 64]", "K=9", "[2, 9, 64]"]),
-        "out-features": (lambda: xkernels.fused_linear_relu_packed(x, packed, None, 129),
-                         ["'packed_weight'", "out_features=129", "[3, 8, 64]"]),
-        "packed-dtype": (lambda: xkernels.fused_linear_relu_packed(x, packed.double(), None, 70),
-                         ["'packed_weight'", "Double", "Float"]),
-        "packed-noncontiguous": (lambda: xkernels.fused_linear_relu_packed(
-            x, torch.randn(2, 64, 8).transpose(1, 2), None, 70), ["'packed_weight'", "contiguous", "strides"]),
-        "bias-shape": (lambda: xkernels.fused_linear_relu_packed(x, packed, torch.randn(69), 70),
-                       ["'bias'", "[70]", "[69]"]),
+        "packed-shape": (
+            lambda: xkernels.fused_linear_relu_packed(torch.randn(2, 9), packed, None, 70),
+            ["'packed_weight'", "[2, 8, 64]", "K=9", "[2, 9, 64]"],
+        ),
+        "out-features": (
+            lambda: xkernels.fused_linear_relu_packed(x, packed, None, 129),
+            ["'packed_weight'", "out_features=129", "[3, 8, 64]"],
+        ),
+        "packed-dtype": (
+            lambda: xkernels.fused_linear_relu_packed(x, packed.double(), None, 70),
+            ["'packed_weight'", "Double", "Float"],
+        ),
+        "packed-noncontiguous": (
+            lambda: xkernels.fused_linear_relu_packed(x, torch.randn(2, 64, 8).transpose(1, 2), None, 70),
+            ["'packed_weight'", "contiguous", "strides"],
+        ),
+        "bias-shape": (
+            lambda: xkernels.fused_linear_relu_packed(x, packed, torch.randn(69), 70),
+            ["'bias'", "[70]", "[69]"],
+        ),
     }[case]
     with pytest.raises((ValueError, RuntimeError)) as info:
         call()

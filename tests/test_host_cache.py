@@ -3,6 +3,7 @@ on CPU tensors of at least 1 MiB come from a bounded pool, so a fresh output per
 faults of a new mmap every time. Checked: reuse after release, correctness of reused (dirty) memory, the bound
 (XKERNELS_HOST_CACHE_MB) and turning it off, empty_cache(), that the outputs are ordinary resizable tensors,
 channels_last outputs, and the error for a bad setting."""
+
 from __future__ import annotations
 
 import json
@@ -109,9 +110,11 @@ def test_bound_and_off(mb):
 
 
 def test_bad_setting_names_the_variable():
-    r = run_python("import torch, xkernels\nwith xkernels.use_backend('sycl'):\n"
-                   "    xkernels.layer_norm(torch.randn(1024, 1024), [1024])\n",
-                   env=child_env(XKERNELS_HOST_CACHE_MB="lots"))
+    r = run_python(
+        "import torch, xkernels\nwith xkernels.use_backend('sycl'):\n"
+        "    xkernels.layer_norm(torch.randn(1024, 1024), [1024])\n",
+        env=child_env(XKERNELS_HOST_CACHE_MB="lots"),
+    )
     assert r.returncode != 0
     assert "XKERNELS_HOST_CACHE_MB" in r.stderr and "'lots'" in r.stderr
 

@@ -5,6 +5,7 @@ finite values within the float64 error bound -- or raise a clear xkernels error.
 the cases run in child processes, so a crash (signal, abort) fails the case it happened in and
 the remaining cases continue in a fresh child.
 """
+
 from __future__ import annotations
 
 import json
@@ -47,16 +48,23 @@ def check_like_torch(name, ours, torch_same, exact64, bound):
     t = torch_same.detach().cpu().to(torch.float64)
     assert o.shape == t.shape, f"{name}: shape {tuple(o.shape)} vs PyTorch {tuple(t.shape)}"
     assert torch.equal(o.isnan(), t.isnan()), (
-        f"{name}: NaN at {o.isnan().nonzero().tolist()[:8]}, PyTorch at {t.isnan().nonzero().tolist()[:8]}")
+        f"{name}: NaN at {o.isnan().nonzero().tolist()[:8]}, PyTorch at {t.isnan().nonzero().tolist()[:8]}"
+    )
     inf_t = t.isinf()
     assert torch.equal(o.isinf(), inf_t) and torch.equal(o[inf_t], t[inf_t]), (
         f"{name}: Inf at {o.isinf().nonzero().tolist()[:8]} ({o[o.isinf()].tolist()[:8]}), PyTorch at "
-        f"{inf_t.nonzero().tolist()[:8]} ({t[inf_t].tolist()[:8]})")
+        f"{inf_t.nonzero().tolist()[:8]} ({t[inf_t].tolist()[:8]})"
+    )
     fin = torch.isfinite(t)
     e = exact64.detach().cpu().to(torch.float64)
     assert bool(torch.isfinite(e[fin]).all()), f"{name}: test bug, float64 result not finite where PyTorch's is"
-    assert_within(name, ours.detach().cpu()[fin].to(ours.dtype), e[fin],
-                  bound.detach().cpu().to(torch.float64).expand(e.shape)[fin], "")
+    assert_within(
+        name,
+        ours.detach().cpu()[fin].to(ours.dtype),
+        e[fin],
+        bound.detach().cpu().to(torch.float64).expand(e.shape)[fin],
+        "",
+    )
 
 
 def check_honest(name, ours, exact64, bound, magnitude, dt):
@@ -91,8 +99,11 @@ def _linear_case(dev, dt, x64, w64, b64, dy64=None, honest=False):
     out = call(xkernels.fused_linear_relu, x, w, b)
     xs, ws = x64.to(dt).requires_grad_(True), w64.to(dt).requires_grad_(True)
     bs = b64.to(dt).requires_grad_(True) if b64 is not None else None
-    ts = torch.relu(F.linear(xs.float(), ws.float(), bs.float() if bs is not None else None)).to(dt) \
-        if dt in (torch.float16, torch.bfloat16) else torch.relu(F.linear(xs, ws, bs))
+    ts = (
+        torch.relu(F.linear(xs.float(), ws.float(), bs.float() if bs is not None else None)).to(dt)
+        if dt in (torch.float16, torch.bfloat16)
+        else torch.relu(F.linear(xs, ws, bs))
+    )
     xd, wd = x64.to(dt).double().requires_grad_(True), w64.to(dt).double().requires_grad_(True)
     bd = b64.to(dt).double().requires_grad_(True) if b64 is not None else None
     e = torch.relu(F.linear(xd, wd, bd))
@@ -117,10 +128,13 @@ def _linear_case(dev, dt, x64, w64, b64, dy64=None, honest=False):
     egr = [(g @ wd.detach()).reshape(x64.shape), g.T @ x2, g.sum(0)][: 2 + (b is not None)]
     n = {0: w64.shape[0], 1: g.numel() // max(w64.shape[0], 1), 2: g.numel() // max(w64.shape[0], 1)}
     g2 = g.abs().nan_to_num(0)
-    abs_terms = [g2 @ wd.detach().abs().nan_to_num(0), g2.T @ xd.detach().reshape(-1, K).abs().nan_to_num(0),
-                 g2.sum(0)]
+    abs_terms = [g2 @ wd.detach().abs().nan_to_num(0), g2.T @ xd.detach().reshape(-1, K).abs().nan_to_num(0), g2.sum(0)]
     for i, (got, tg, eg) in enumerate(zip(grads, tgr, egr)):
-        bnd = 2 * u_out(dt) * eg.abs() + BOUND_SAFETY * (n[i] + 2) * u_acc(dt) * abs_terms[i].reshape(eg.shape) + _tiny(dt)
+        bnd = (
+            2 * u_out(dt) * eg.abs()
+            + BOUND_SAFETY * (n[i] + 2) * u_acc(dt) * abs_terms[i].reshape(eg.shape)
+            + _tiny(dt)
+        )
         if honest:
             check_honest(f"fused_linear_relu grad[{i}]", got, eg, bnd, abs_terms[i].reshape(eg.shape), dt)
         else:
@@ -253,8 +267,15 @@ def conv_denormal(dev, dt):
 
 def conv_huge(dev, dt):
     big = 1e20 if dt in (torch.float32, torch.bfloat16) else (1e200 if dt == torch.float64 else 3e2)
-    _conv_case(dev, dt, _randn(1, 2, 4, 4) * big, _randn(2, 2, 2, 2, seed=1) * big, None,
-               _randn(1, 2, 3, 3, seed=3), honest=True)
+    _conv_case(
+        dev,
+        dt,
+        _randn(1, 2, 4, 4) * big,
+        _randn(2, 2, 2, 2, seed=1) * big,
+        None,
+        _randn(1, 2, 3, 3, seed=3),
+        honest=True,
+    )
 
 
 def _layer_norm_case(dev, dt, x64, norm, w64=None, b64=None, eps=1e-5, dy64=None, honest=False):
@@ -273,10 +294,15 @@ def _layer_norm_case(dev, dt, x64, norm, w64=None, b64=None, eps=1e-5, dy64=None
     from test_fuzz import _layer_norm_bounds
 
     xb = xd.detach().nan_to_num(0, 0, 0)
-    fwd, gin, gw, gb = _layer_norm_bounds(xb, wd.detach() if wd is not None else None,
-                                          bd.detach() if bd is not None else None,
-                                          dy64.to(dt).double().nan_to_num(0) if dy64 is not None else None,
-                                          max(eps, 0.0) or 1e-300, len(norm), dt)
+    fwd, gin, gw, gb = _layer_norm_bounds(
+        xb,
+        wd.detach() if wd is not None else None,
+        bd.detach() if bd is not None else None,
+        dy64.to(dt).double().nan_to_num(0) if dy64 is not None else None,
+        max(eps, 0.0) or 1e-300,
+        len(norm),
+        dt,
+    )
     if honest:  # the variance may overflow: NaN, or the right values
         o = out.detach().cpu()
         fin = torch.isfinite(o)
@@ -316,7 +342,8 @@ def layer_norm_all_equal_rows(dev, dt):
             out = call(xkernels.layer_norm, x.to(dev), [N], w.to(dev), b.to(dev), 1e-5)
             assert torch.equal(out.cpu(), b.expand(3, N)), (
                 f"layer_norm of rows all equal to {v} (N={N}, {dt}) must be exactly the bias; max deviation "
-                f"{float((out.cpu().double() - b.double()).abs().max())}")
+                f"{float((out.cpu().double() - b.double()).abs().max())}"
+            )
     # and the backward at a constant row: xhat = 0, so grad_input = rstd * (g - mean(g))
     x = torch.full((2, 9), 0.1, dtype=torch.float64)
     _layer_norm_case(dev, dt, x, [9], _randn(9, seed=1), _randn(9, seed=2), dy64=_randn(2, 9, seed=3))
@@ -325,7 +352,7 @@ def layer_norm_all_equal_rows(dev, dt):
 def layer_norm_eps_zero_and_negative(dev, dt):
     x = torch.full((2, 8), 3.0, dtype=torch.float64)
     _layer_norm_case(dev, dt, x, [8], eps=0.0, dy64=_randn(2, 8, seed=3))  # var 0, eps 0: NaN (0 * inf)
-    _layer_norm_case(dev, dt, x, [8], eps=-1.0)                            # sqrt(-1): NaN
+    _layer_norm_case(dev, dt, x, [8], eps=-1.0)  # sqrt(-1): NaN
     y = _randn(3, 8)
     _layer_norm_case(dev, dt, y, [8], eps=0.0, dy64=_randn(3, 8, seed=3))  # ordinary rows: finite
     _layer_norm_case(dev, dt, y, [8], eps=-1e-6, dy64=_randn(3, 8, seed=3))
@@ -344,7 +371,8 @@ def layer_norm_huge_mean_tiny_variance(dev, dt):
     theirs = F.layer_norm(x, [64]).double()
     err_ours, err_torch = float((ours - exact).abs().max()), float((theirs - exact).abs().max())
     assert math.isfinite(err_ours) and err_ours <= max(2 * err_torch, 1e-6 if dt == torch.float64 else 1e-2), (
-        f"layer_norm at mean 1e15: max error {err_ours:.3g}, PyTorch's {err_torch:.3g}")
+        f"layer_norm at mean 1e15: max error {err_ours:.3g}, PyTorch's {err_torch:.3g}"
+    )
 
 
 def layer_norm_denormal_and_huge(dev, dt):
@@ -355,12 +383,27 @@ def layer_norm_denormal_and_huge(dev, dt):
     _layer_norm_case(dev, dt, _randn(3, 10) * big, [10], honest=True)  # the variance overflows
 
 
-CASES = {f.__name__: f for f in [
-    linear_nan_input, linear_inf_input, linear_nan_inf_params, linear_nan_grad, linear_denormal, linear_huge,
-    conv_nan_input, conv_inf_input, conv_nan_params_and_grad, conv_denormal, conv_huge,
-    layer_norm_nan_inf_rows, layer_norm_all_equal_rows, layer_norm_eps_zero_and_negative,
-    layer_norm_huge_mean_tiny_variance, layer_norm_denormal_and_huge,
-]}
+CASES = {
+    f.__name__: f
+    for f in [
+        linear_nan_input,
+        linear_inf_input,
+        linear_nan_inf_params,
+        linear_nan_grad,
+        linear_denormal,
+        linear_huge,
+        conv_nan_input,
+        conv_inf_input,
+        conv_nan_params_and_grad,
+        conv_denormal,
+        conv_huge,
+        layer_norm_nan_inf_rows,
+        layer_norm_all_equal_rows,
+        layer_norm_eps_zero_and_negative,
+        layer_norm_huge_mean_tiny_variance,
+        layer_norm_denormal_and_huge,
+    ]
+}
 
 
 # ============================================================================ child process runner
@@ -398,8 +441,9 @@ def results_for(backend: str) -> dict:
     out: dict[str, dict] = {}
     todo = list(CASES)
     while todo:
-        r = run_python(f"import test_hostile as h; h.child_main({str(backend)!r}, {todo!r})", timeout=900,
-                       env=child_env())
+        r = run_python(
+            f"import test_hostile as h; h.child_main({str(backend)!r}, {todo!r})", timeout=900, env=child_env()
+        )
         running = None
         for line in r.stdout.splitlines():
             if not line.startswith("{"):
@@ -500,8 +544,11 @@ print("OK")
 # Bytes of the big tensors each case holds at once (bfloat16): the output, plus the input for layer_norm
 # and conv2d. Measured peak RSS of the child (/usr/bin/time): 8.8 GB for layer_norm and conv2d on both CPU
 # backends, 12-27 s each on 2 cores.
-BIG_NEED = {"fused_linear_relu": 2 * 65537 * 32769, "layer_norm": 2 * 2 * (2**20 + 3) * 2049,
-            "conv2d": 2 * 2 * 65537 * 32769}
+BIG_NEED = {
+    "fused_linear_relu": 2 * 65537 * 32769,
+    "layer_norm": 2 * 2 * (2**20 + 3) * 2049,
+    "conv2d": 2 * 2 * 65537 * 32769,
+}
 BIG_HEADROOM = 2**31  # torch, the SYCL runtime, the small reference rows
 
 
@@ -517,7 +564,14 @@ def test_more_than_2_31_elements(backend, op):
             pytest.skip(f"needs {2 * need / 2**30:.1f} GiB free GPU memory, {free / 2**30:.1f} GiB free")
     avail = mem_available_bytes()
     if avail < need + BIG_HEADROOM:
-        pytest.skip(f"needs ~{(need + BIG_HEADROOM) / 2**30:.1f} GiB available memory, {avail / 2**30:.1f} GiB available")
-    r = subprocess.run([sys.executable, "-c", BIG_CHILD, backend.name, backend.device.type, op], capture_output=True, text=True,
-                       timeout=1200, env=child_env())
+        pytest.skip(
+            f"needs ~{(need + BIG_HEADROOM) / 2**30:.1f} GiB available memory, {avail / 2**30:.1f} GiB available"
+        )
+    r = subprocess.run(
+        [sys.executable, "-c", BIG_CHILD, backend.name, backend.device.type, op],
+        capture_output=True,
+        text=True,
+        timeout=1200,
+        env=child_env(),
+    )
     assert r.returncode == 0 and "OK" in r.stdout, describe_result(r)

@@ -66,8 +66,13 @@ print(json.dumps({"samples": samples}))
 def test_resident_memory_stays_flat(backend, op):
     intervals = INTERVALS_SLOW if backend.slow else INTERVALS
     argv = [backend.name, backend.device.type, op, str(INTERVAL), str(intervals), str(WARMUP)]
-    r = subprocess.run([sys.executable, "-c", CHILD, *argv], capture_output=True, text=True, timeout=900,
-                       env=child_env(OMP_NUM_THREADS=1))
+    r = subprocess.run(
+        [sys.executable, "-c", CHILD, *argv],
+        capture_output=True,
+        text=True,
+        timeout=900,
+        env=child_env(OMP_NUM_THREADS=1),
+    )
     assert r.returncode == 0, describe_result(r)
     samples = json.loads(r.stdout.strip().splitlines()[-1])["samples"]
     growth = [b - a for a, b in zip(samples, samples[1:])]
@@ -76,4 +81,5 @@ def test_resident_memory_stays_flat(backend, op):
     assert per_call < LIMIT_BYTES_PER_CALL, (
         f"{op} on {backend}: resident memory grows by {per_call:.0f} bytes per forward+backward call (median over "
         f"{intervals} intervals of {INTERVAL} calls; limit {LIMIT_BYTES_PER_CALL}); growth since the first sample, "
-        f"KiB: {kib}")
+        f"KiB: {kib}"
+    )

@@ -1,5 +1,6 @@
 """xkernels.nn modules as drop-in replacements, state_dict compatibility both ways, and
 optimize() on nested models (outputs, shared parameters, training, torch.compile)."""
+
 from __future__ import annotations
 
 import copy
@@ -32,8 +33,7 @@ def _pair_modules(torch_module: nn.Module, x_module: nn.Module, x: torch.Tensor,
     x_module = x_module.to(dtype)
     xin = x.to(dtype)
     m64 = copy.deepcopy(torch_module).double()
-    x_t, x_x, x64 = (xin.clone().requires_grad_(), xin.clone().requires_grad_(),
-                     xin.double().requires_grad_())
+    x_t, x_x, x64 = (xin.clone().requires_grad_(), xin.clone().requires_grad_(), xin.double().requires_grad_())
     out_t = torch_module(x_t)
     out_x = x_module(x_x)
     _within_budget("output", out_x, m64, [xin], out_t)
@@ -43,8 +43,9 @@ def _pair_modules(torch_module: nn.Module, x_module: nn.Module, x: torch.Tensor,
     m64(x64).backward(g)
     err = tensor_error("grad_input", x_x.grad, x64.grad, dtype, x_t.grad)
     assert err.passed, err
-    for (n, p_t), (_, p_x), (_, p64) in zip(torch_module.named_parameters(), x_module.named_parameters(),
-                                            m64.named_parameters()):
+    for (n, p_t), (_, p_x), (_, p64) in zip(
+        torch_module.named_parameters(), x_module.named_parameters(), m64.named_parameters()
+    ):
         err = tensor_error(f"grad_{n}", p_x.grad, p64.grad, dtype, p_t.grad)
         assert err.passed, err
 
@@ -151,8 +152,11 @@ def test_conv2d_unbatched_and_channels_last():
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("kw", [dict(), dict(elementwise_affine=False), dict(bias=False), dict(eps=1e-3)],
-                         ids=["affine", "no-affine", "no-bias", "eps"])
+@pytest.mark.parametrize(
+    "kw",
+    [dict(), dict(elementwise_affine=False), dict(bias=False), dict(eps=1e-3)],
+    ids=["affine", "no-affine", "no-bias", "eps"],
+)
 def test_layer_norm_module_matches_torch(dtype, kw):
     torch.manual_seed(0)
     ref = nn.LayerNorm([3, 10], **kw)
@@ -298,8 +302,15 @@ def test_optimized_model_trains_like_the_original():
 def test_optimized_model_under_torch_compile(backend):
     torch._dynamo.reset()
     torch.manual_seed(0)
-    model = nn.Sequential(nn.Conv2d(3, 4, 3, padding=1), nn.ReLU(), nn.Flatten(), nn.LayerNorm(4 * 5 * 5),
-                          nn.Linear(100, 16), nn.ReLU(), nn.Linear(16, 3))
+    model = nn.Sequential(
+        nn.Conv2d(3, 4, 3, padding=1),
+        nn.ReLU(),
+        nn.Flatten(),
+        nn.LayerNorm(4 * 5 * 5),
+        nn.Linear(100, 16),
+        nn.ReLU(),
+        nn.Linear(16, 3),
+    )
     opt = xkernels.optimize(model)
     x = torch.randn(2, 3, 5, 5)
     eager = opt(x)
@@ -425,6 +436,7 @@ def test_fused_linear_relu_packing_is_opt_in_and_data_writes_need_invalidation(s
 def test_optimize_pack_weights_flag():
     model = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.ReLU(), torch.nn.Linear(8, 4), torch.nn.ReLU())
     assert not any(getattr(m, "pack_weight", False) for m in xkernels.optimize(model).modules())
-    packed = [m for m in xkernels.optimize(model, pack_weights=True).modules()
-              if isinstance(m, xkernels.nn.FusedLinearReLU)]
+    packed = [
+        m for m in xkernels.optimize(model, pack_weights=True).modules() if isinstance(m, xkernels.nn.FusedLinearReLU)
+    ]
     assert len(packed) == 2 and all(m.pack_weight for m in packed)

@@ -16,6 +16,7 @@ work-group orders (channel-major when activations outweigh the weights, as in 3x
 as in wide_tile and deep_layer_pixel_major).
 The shared backend-parametrized suite (tests/test_conv2d.py) runs on "sycl" as well.
 """
+
 from __future__ import annotations
 
 import pytest
@@ -95,8 +96,9 @@ def _declared(x, w, b, stride, padding, dilation, groups, grad_out):
     """What the registered fakes (python/xkernels/ops.py) declare: the layout contract."""
     meta = [None if t is None else t.to("meta") for t in (x, w, b, grad_out)]
     out = torch.ops.xkernels.conv2d(meta[0], meta[1], meta[2], stride, padding, dilation, groups)
-    grads = torch.ops.xkernels.conv2d_backward(meta[3], meta[0], meta[1], stride, padding, dilation, groups,
-                                               [True, True, True])
+    grads = torch.ops.xkernels.conv2d_backward(
+        meta[3], meta[0], meta[1], stride, padding, dilation, groups, [True, True, True]
+    )
     return out, grads
 
 
@@ -125,8 +127,13 @@ def _oracle(x, w, b, stride, padding, dilation, groups, grad_out):
 def _assert_parity(actual, reference, dtype, what):
     rtol, atol = between_backends(dtype)
     assert actual.dtype == reference.dtype == dtype and actual.shape == reference.shape, what
-    torch.testing.assert_close(actual.double(), reference.double(), rtol=rtol, atol=atol,
-                               msg=lambda m: f"{what} (sycl vs reference, {dtype}):\n{m}")
+    torch.testing.assert_close(
+        actual.double(),
+        reference.double(),
+        rtol=rtol,
+        atol=atol,
+        msg=lambda m: f"{what} (sycl vs reference, {dtype}):\n{m}",
+    )
 
 
 def _random_problem(case, layout, dtype):
@@ -212,8 +219,9 @@ def test_unbatched(dtype, stride, padding, dilation, groups):
         assert_close(g, e, dtype, f"unbatched: {what}")
 
 
-@pytest.mark.parametrize("mask", [(True, False, False), (False, True, False), (False, False, True),
-                                  (True, False, True), (False, True, True)])
+@pytest.mark.parametrize(
+    "mask", [(True, False, False), (False, True, False), (False, False, True), (True, False, True), (False, True, True)]
+)
 def test_output_mask(mask):
     x, w = _randn((2, 4, 7, 6), torch.float32), _randn((6, 2, 3, 3), torch.float32)
     args = ((2, 1), (1, 1), (1, 1), 2)

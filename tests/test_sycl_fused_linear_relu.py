@@ -10,6 +10,7 @@ K > 512: in C itself for float32/float64, in a float32 buffer for float16/bfloat
 below are chosen to reach each of those paths (M = 1, 3, 17, 64 -> dot; 131 -> packed panel;
 K = 521 -> K blocks) with primes and 1 for N and K (partial sub-groups, partial tiles).
 """
+
 from __future__ import annotations
 
 import pytest
@@ -55,11 +56,22 @@ def run_with_grads(backend: str, tensors, grad_out):
 # (M, N, K): M in {1, 3, 17, 64} (forward dot kernel), 131 (forward packed panel); N, K primes and 1;
 # K = 521 crosses the panel kernel's K block (512); N = 67 > one 64-column panel.
 SHAPES = [
-    (1, 1, 1), (1, 7, 13), (1, 67, 97),
-    (3, 1, 13), (3, 13, 1), (3, 67, 31),
-    (17, 7, 97), (17, 67, 1), (17, 31, 521),
-    (64, 1, 97), (64, 67, 13), (64, 13, 521),
-    (131, 1, 13), (131, 7, 1), (131, 67, 97), (131, 67, 521),
+    (1, 1, 1),
+    (1, 7, 13),
+    (1, 67, 97),
+    (3, 1, 13),
+    (3, 13, 1),
+    (3, 67, 31),
+    (17, 7, 97),
+    (17, 67, 1),
+    (17, 31, 521),
+    (64, 1, 97),
+    (64, 67, 13),
+    (64, 13, 521),
+    (131, 1, 13),
+    (131, 7, 1),
+    (131, 67, 97),
+    (131, 67, 521),
 ]
 SHAPE_IDS = [f"M{m}-N{n}-K{k}" for m, n, k in SHAPES]
 
@@ -69,12 +81,13 @@ SHAPE_IDS = [f"M{m}-N{n}-K{k}" for m, n, k in SHAPES]
 def test_matches_float64_torch(variant, dtype, M, N, K):
     """Output and all three grads within the per-dtype tolerance of torch in float64. Inputs are
     scaled so the sums stay O(1) for every K (the tolerance budget is for O(1) results)."""
-    scale = K ** -0.25
+    scale = K**-0.25
     x = (torch.randn(M, K) * scale).to(dtype)
     w = (torch.randn(N, K) * scale).to(dtype)
     b = randn(N, dtype=dtype) if (M + N) % 2 else None
-    check_forward_backward(xkernels.fused_linear_relu, oracle, [x, w, b], NAMES, dtype,
-                           f"fused_linear_relu[sycl/{variant}]")
+    check_forward_backward(
+        xkernels.fused_linear_relu, oracle, [x, w, b], NAMES, dtype, f"fused_linear_relu[sycl/{variant}]"
+    )
 
 
 @pytest.mark.parametrize("M,N,K", SHAPES, ids=SHAPE_IDS)
@@ -83,8 +96,12 @@ def test_small_integers_exact(variant, dtype, M, N, K):
     """Integer inputs: every product and partial sum is an exact float32 (or float64) integer, so
     each result is the exact value rounded once to `dtype` — identical to float64 torch rounded
     to `dtype`, and identical to the reference backend."""
-    x, w, b, go = small_ints(M, K, dtype=dtype), small_ints(N, K, dtype=dtype), small_ints(N, dtype=dtype), \
-        small_ints(M, N, dtype=dtype)
+    x, w, b, go = (
+        small_ints(M, K, dtype=dtype),
+        small_ints(N, K, dtype=dtype),
+        small_ints(N, dtype=dtype),
+        small_ints(M, N, dtype=dtype),
+    )
     out, grads = run_with_grads("sycl", (x, w, b), go)
     ref = [t.double().requires_grad_() for t in (x, w, b)]
     expected = oracle(*ref)
@@ -118,9 +135,18 @@ def test_matches_reference_backend(variant, dtype):
         torch.testing.assert_close(g, rg, rtol=rtol, atol=atol, msg=lambda m: f"grad of {name}: {m}")
 
 
-@pytest.mark.parametrize("mask", [(True, False, False), (False, True, False), (False, False, True),
-                                  (True, False, True), (False, True, True), (True, True, True),
-                                  (False, False, False)])
+@pytest.mark.parametrize(
+    "mask",
+    [
+        (True, False, False),
+        (False, True, False),
+        (False, False, True),
+        (True, False, True),
+        (False, True, True),
+        (True, True, True),
+        (False, False, False),
+    ],
+)
 def test_backward_output_mask(variant, mask):
     """Unrequested grads come back empty; requested ones are exact (small integers)."""
     M, N, K = 37, 19, 23
@@ -212,5 +238,12 @@ def test_noncontiguous_and_offset_inputs(variant, dtype, layout):
         w = randn(N, 1, dtype=dtype).expand(N, K)
         b = randn(1, dtype=dtype).expand(N)
     assert all(not t.is_contiguous() or t.storage_offset() > 0 for t in (x, w, b))
-    check_forward_backward(xkernels.fused_linear_relu, oracle, [x, w, b], NAMES, dtype,
-                           f"fused_linear_relu[sycl/{variant}, {layout}]", noncontiguous_grad=True)
+    check_forward_backward(
+        xkernels.fused_linear_relu,
+        oracle,
+        [x, w, b],
+        NAMES,
+        dtype,
+        f"fused_linear_relu[sycl/{variant}, {layout}]",
+        noncontiguous_grad=True,
+    )

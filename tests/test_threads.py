@@ -1,6 +1,7 @@
 """Threads: many Python threads calling every op (forward and backward) concurrently on every
 available backend get the right results, and the first-use kernel compilation happens once per
 device, not once per thread."""
+
 from __future__ import annotations
 
 import json
@@ -78,8 +79,13 @@ def test_concurrent_calls_are_correct(backend):
                 got = _run(backend, *cases[i], dtype)
                 for key, tensors in got.items():
                     for j, (a, e) in enumerate(zip(tensors, expected[i][key])):
-                        torch.testing.assert_close(a.cpu().double(), e, rtol=rtol, atol=atol,
-                                                   msg=lambda m: f"thread {i} iter {it} {key}[{j}]: {m}")
+                        torch.testing.assert_close(
+                            a.cpu().double(),
+                            e,
+                            rtol=rtol,
+                            atol=atol,
+                            msg=lambda m: f"thread {i} iter {it} {key}[{j}]: {m}",
+                        )
         except BaseException as e:  # noqa: BLE001
             errors.append(f"thread {i}: {type(e).__name__}: {e}")
 
@@ -145,9 +151,13 @@ def test_first_use_compilation_happens_once_per_device(tmp_path):
     """16 threads hit every op (forward and backward) at once in a process with an empty kernel
     cache: each kernel group is built once for the device, not once per thread."""
     _backends.get("sycl")
-    r = run_python(COMPILE_ONCE_CHILD, timeout=600,
-                   env=child_env(XKERNELS_CACHE_DIR=str(tmp_path), SYCL_CACHE_DIR=str(tmp_path / "sycl"),
-                                 SYCL_CACHE_PERSISTENT="1"))
+    r = run_python(
+        COMPILE_ONCE_CHILD,
+        timeout=600,
+        env=child_env(
+            XKERNELS_CACHE_DIR=str(tmp_path), SYCL_CACHE_DIR=str(tmp_path / "sycl"), SYCL_CACHE_PERSISTENT="1"
+        ),
+    )
     assert r.returncode == 0, describe_result(r)
     out = json.loads(r.stdout.strip().splitlines()[-1])
     assert out["errors"] == [], out["errors"][:3]

@@ -7,6 +7,7 @@ numerical parity harness.
     with xkernels.use_backend("reference"): ...
     xkernels.backends()                              # what is built and available, and why not
 """
+
 from __future__ import annotations
 
 from . import _env

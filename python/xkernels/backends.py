@@ -8,6 +8,7 @@ The process default comes from the environment variable XKERNELS_BACKEND; use_ba
 overrides it for the current thread. The selection itself is made in C++ by the one
 function registered per dispatch key, so torch.ops.xkernels.* honour it too.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -41,8 +42,13 @@ class BackendStatus:
 
 def _sycl_status() -> BackendStatus:
     if not _C.with_sycl:
-        return BackendStatus("sycl", False, False, "not built: the SYCL runtime headers were not found at build time "
-                             "(pip install intel-sycl-rt, then rebuild xkernels)")
+        return BackendStatus(
+            "sycl",
+            False,
+            False,
+            "not built: the SYCL runtime headers were not found at build time "
+            "(pip install intel-sycl-rt, then rebuild xkernels)",
+        )
     try:
         devices = _C.sycl.devices()
     except RuntimeError as e:  # runtime present but unusable
@@ -56,14 +62,22 @@ def _sycl_status() -> BackendStatus:
 
 def _cuda_status() -> BackendStatus:
     if not _C.with_cuda:
-        why = ("not built: torch was built without CUDA" if torch.version.cuda is None
-               else "not built: nvcc was not found or was disabled at build time (XKERNELS_CUDA)")
+        why = (
+            "not built: torch was built without CUDA"
+            if torch.version.cuda is None
+            else "not built: nvcc was not found or was disabled at build time (XKERNELS_CUDA)"
+        )
         return BackendStatus("cuda", False, False, why)
     if not torch.cuda.is_available():
         return BackendStatus("cuda", True, False, "no CUDA device visible to torch")
-    devs = [{"index": i, "name": torch.cuda.get_device_name(i),
-             "capability": ".".join(map(str, torch.cuda.get_device_capability(i)))}
-            for i in range(torch.cuda.device_count())]
+    devs = [
+        {
+            "index": i,
+            "name": torch.cuda.get_device_name(i),
+            "capability": ".".join(map(str, torch.cuda.get_device_capability(i))),
+        }
+        for i in range(torch.cuda.device_count())
+    ]
     return BackendStatus("cuda", True, True, "", devs)
 
 
@@ -137,13 +151,16 @@ def info() -> dict[str, Any]:
         "cache": {"dir": str(cache), "bytes": _dir_size(cache) if cache.exists() else 0},
     }
     if _C.with_sycl:
-        out["sycl"] = {"runtime": _C.sycl.runtime_version(), "provider": _C.sycl.provider_kind(),
-                       # per device: ahead-of-time image or run-time compilation, and why
-                       "provider_devices": list(_C.sycl.provider_devices()),
-                       "runtime_compile_env": list(_C.sycl.runtime_compile_env()),
-                       "kernels": list(_C.sycl.kernel_names()),
-                       # outputs/scratch of SYCL ops on CPU tensors (XKERNELS_HOST_CACHE_MB)
-                       "host_cache": dict(_C.sycl.host_cache_stats())}
+        out["sycl"] = {
+            "runtime": _C.sycl.runtime_version(),
+            "provider": _C.sycl.provider_kind(),
+            # per device: ahead-of-time image or run-time compilation, and why
+            "provider_devices": list(_C.sycl.provider_devices()),
+            "runtime_compile_env": list(_C.sycl.runtime_compile_env()),
+            "kernels": list(_C.sycl.kernel_names()),
+            # outputs/scratch of SYCL ops on CPU tensors (XKERNELS_HOST_CACHE_MB)
+            "host_cache": dict(_C.sycl.host_cache_stats()),
+        }
         # fused_linear_relu forward: the dot kernel up to this many rows, the packed-panel kernel above
         # (LinearConfig::kDotMaxRows), where the native library exports it.
         if hasattr(_C.sycl, "linear_dot_max_rows"):
