@@ -1,203 +1,103 @@
-"""Native CUDA kernels vs torch (cuBLAS / cuDNN / aten) on the same GPU.
-
-For every case: a correctness check against float64 first, then timing with CUDA events
-(warm-up excluded, each repetition timed on its own, median and inter-quartile range),
-FLOP/s or GB/s from explicit formulas, and the ratio xkernels / torch (> 1: slower).
-Rows go to a CSV with device, versions and commit.
+"""Native CUDA kernels vs torch (cuBLAS / cuDNN / aten) on the same GPU, through the one harness
+(benchmarks/harness.py): the float64 correctness check first, then interleaved timing with CUDA
+events (warm-up excluded, median and spread), FLOP/s or GB/s from the cases' formulas, rows with
+provenance appended to a CSV, and the geometric-mean time ratio xkernels / torch (> 1: slower).
 
     python benchmarks/bench_cuda.py --csv out.csv [--max-seconds 150] [--quick]
 
 float32 comparisons disable TF32 in torch (cuBLAS and cuDNN) because xkernels computes
-float32 in float32; float16 / bfloat16 use tensor cores on both sides.
+float32 in float32; float16 / bfloat16 use tensor cores on both sides. Without the native CUDA
+backend (or a GPU) it prints why and exits 0: there is nothing to measure.
 """
+
 from __future__ import annotations
 
 import argparse
-import csv
-import datetime
-import os
-import platform
 import statistics
-import subprocess
 import sys
 import time
+from pathlib import Path
+
+if __package__ in (None, ""):  # run as a script: import the benchmarks package from the repository
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import torch
-import torch.nn.functional as F
 
 import xkernels
+from benchmarks import cases as C
+from benchmarks.harness import append_csv, provenance, time_case
+from benchmarks.providers import all_providers
+
+LINEAR_MNK = [(4096, 4096, 4096), (8192, 4096, 1024), (64, 4096, 4096)]  # (M, N, K)
+# (C_in, C_out, H=W, kernel, stride, groups), batch 32
+CONV_LAYERS = [(64, 64, 56, 3, 1, 1), (256, 256, 14, 3, 1, 1), (128, 128, 56, 3, 1, 128), (3, 64, 224, 7, 2, 1)]
+LAYER_NORM_SHAPES = [(8192, 1024), (4096, 8192), (65536, 768)]
 
 
-def commit() -> str:
-    try:
-        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
-                              cwd=os.path.dirname(os.path.abspath(__file__)), check=True).stdout.strip()
-    except Exception:  # noqa: BLE001 - not a git checkout
-        return os.environ.get("XKERNELS_COMMIT", "unknown")
+def build_cases(quick: bool, dtypes: list[torch.dtype]) -> list:
+    """Case-major, dtype inner: a --max-seconds cut still leaves every op and dtype measured."""
+    n = 2 if quick else None
+    dev = "cuda"
+    modes = ["fwd", "fwd+bwd"]
+    groups = [lambda dt, s=s: C.linear_cases(dt, modes, mnk=[s], device=dev) for s in LINEAR_MNK[:n]]
+    groups += [lambda dt, s=s: C.layer_norm_cases(dt, modes, shapes=[s], device=dev) for s in LAYER_NORM_SHAPES[:n]]
+    groups += [
+        lambda dt, layer=layer: C.conv_cases(dt, modes, batches=(32,), layers=[layer], device=dev)
+        for layer in CONV_LAYERS[:n]
+    ]
+    return [case for make in groups for dt in dtypes for case in make(dt)]
 
 
-def time_ms(fn, warmup: int, reps: int) -> list[float]:
-    for _ in range(warmup):
-        fn()
-    torch.cuda.synchronize()
-    out = []
-    for _ in range(reps):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn()
-        end.record()
-        end.synchronize()
-        out.append(start.elapsed_time(end))
-    return out
-
-
-def quartiles(v: list[float]) -> tuple[float, float, float]:
-    q = statistics.quantiles(v, n=4) if len(v) >= 2 else [v[0]] * 3
-    return q[0], statistics.median(v), q[2]
-
-
-def rel_err(a: torch.Tensor, ref: torch.Tensor) -> float:
-    ref = ref.double().cpu()
-    return ((a.double().cpu() - ref).abs().max() / ref.abs().max().clamp_min(1e-30)).item()
-
-
-def linear_cases(quick):
-    shapes = [(4096, 4096, 4096), (8192, 1024, 4096), (64, 4096, 4096)]
-    return shapes[:2] if quick else shapes
-
-
-def conv_cases(quick):
-    # N, C, H, W, O, k, stride, groups
-    shapes = [(32, 64, 56, 56, 64, 3, 1, 1), (32, 256, 14, 14, 256, 3, 1, 1), (32, 128, 56, 56, 128, 3, 1, 128),
-              (32, 3, 224, 224, 64, 7, 2, 1)]
-    return shapes[:2] if quick else shapes
-
-
-def ln_cases(quick):
-    shapes = [(8192, 1024), (4096, 8192), (65536, 768)]
-    return shapes[:2] if quick else shapes
-
-
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--csv", required=True)
+    ap.add_argument("--csv", required=True, type=Path)
     ap.add_argument("--max-seconds", type=float, default=150.0, help="stop starting new cases after this long")
-    ap.add_argument("--warmup", type=int, default=3)
-    ap.add_argument("--reps", type=int, default=15)
+    ap.add_argument("--repeats", type=int, default=15)
+    ap.add_argument("--min-time", type=float, default=0.3, help="seconds of timed work per provider and case")
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--dtypes", default="float32,bfloat16,float16")
-    args = ap.parse_args()
-    if not xkernels.backends()["cuda"].available:
-        print("bench_cuda: native CUDA backend unavailable:", xkernels.backends()["cuda"].reason)
-        return 2
+    args = ap.parse_args(argv)
+    st = xkernels.backends()["cuda"]
+    if not st.available:
+        print(f"bench_cuda: skipped: the native CUDA backend is unavailable: {st.reason}")
+        return 0
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
     torch.backends.cudnn.benchmark = True
-    dev = torch.device("cuda")
-    meta = dict(device=torch.cuda.get_device_name(), torch=torch.__version__, cuda=torch.version.cuda,
-                xkernels=xkernels.__version__, commit=commit(), host=platform.node(),
-                date=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"))
-    dtypes = [getattr(torch, d) for d in args.dtypes.split(",")]
+    providers = all_providers(["cuda", "torch"])
+    prov = provenance(device=torch.cuda.get_device_name())
     t_start = time.monotonic()
     rows = []
-    tol = {torch.float32: 1e-4, torch.bfloat16: 3e-2, torch.float16: 5e-3}
-
-    def record(op, case, dtype, direction, ours_fn, theirs_fn, work, unit):
-        o = quartiles(time_ms(ours_fn, args.warmup, args.reps))
-        t = quartiles(time_ms(theirs_fn, args.warmup, args.reps))
-        rate = lambda ms: work / (ms * 1e-3) / (1e12 if unit == "TFLOP/s" else 1e9)  # noqa: E731
-        row = dict(op=op, case=case, dtype=str(dtype).replace("torch.", ""), direction=direction,
-                   xk_ms_p25=o[0], xk_ms_median=o[1], xk_ms_p75=o[2], torch_ms_p25=t[0], torch_ms_median=t[1],
-                   torch_ms_p75=t[2], ratio=o[1] / t[1], xk_rate=rate(o[1]), torch_rate=rate(t[1]), unit=unit, **meta)
-        rows.append(row)
-        print(f"{op:18s} {case:34s} {row['dtype']:9s} {direction:8s} xkernels {o[1]:9.3f} ms "
-              f"({row['xk_rate']:8.2f} {unit})  torch {t[1]:9.3f} ms ({row['torch_rate']:8.2f})  "
-              f"ratio {row['ratio']:6.2f}", flush=True)
-
-    def check(name, ours, ref64, dtype):
-        e = rel_err(ours, ref64)
-        if e > tol[dtype]:
-            raise SystemExit(f"bench_cuda: {name} [{dtype}] is wrong (relative error {e:.2e}); not timing it")
-
-    def out_of_time():
-        return time.monotonic() - t_start > args.max_seconds
-
-    def bench_linear(dtype, M, K, N):
-        x = torch.randn(M, K, device=dev, dtype=dtype)
-        w = torch.randn(N, K, device=dev, dtype=dtype) / K**0.5
-        b = torch.randn(N, device=dev, dtype=dtype)
-        case = f"M{M} K{K} N{N}"
-        check(f"fused_linear_relu {case}", xkernels.fused_linear_relu(x, w, b),
-              torch.relu(F.linear(x.double(), w.double(), b.double())), dtype)
-        record("fused_linear_relu", case, dtype, "fwd", lambda: xkernels.fused_linear_relu(x, w, b),
-               lambda: torch.relu(F.linear(x, w, b)), 2 * M * N * K, "TFLOP/s")
-        xr, wr, br = (t.detach().clone().requires_grad_() for t in (x, w, b))
-        gy = torch.randn(M, N, device=dev, dtype=dtype)
-        record("fused_linear_relu", case, dtype, "fwd+bwd",
-               lambda: torch.autograd.grad(xkernels.fused_linear_relu(xr, wr, br), (xr, wr, br), gy),
-               lambda: torch.autograd.grad(torch.relu(F.linear(xr, wr, br)), (xr, wr, br), gy),
-               6 * M * N * K, "TFLOP/s")
-
-    def bench_layer_norm(dtype, M, N):
-        x = torch.randn(M, N, device=dev, dtype=dtype)
-        w = torch.randn(N, device=dev, dtype=dtype)
-        b = torch.randn(N, device=dev, dtype=dtype)
-        case = f"M{M} N{N}"
-        check(f"layer_norm {case}", xkernels.layer_norm(x, N, w, b),
-              F.layer_norm(x.double(), (N,), w.double(), b.double()), dtype)
-        nbytes = 2 * M * N * x.element_size()  # read x, write y
-        record("layer_norm", case, dtype, "fwd", lambda: xkernels.layer_norm(x, N, w, b),
-               lambda: F.layer_norm(x, (N,), w, b), nbytes, "GB/s")
-        xr, wr, br = (t.detach().clone().requires_grad_() for t in (x, w, b))
-        gy = torch.randn_like(x)
-        record("layer_norm", case, dtype, "fwd+bwd",
-               lambda: torch.autograd.grad(xkernels.layer_norm(xr, N, wr, br), (xr, wr, br), gy),
-               lambda: torch.autograd.grad(F.layer_norm(xr, (N,), wr, br), (xr, wr, br), gy), 5 * nbytes,
-               "GB/s")  # fwd: read x, write y; bwd: read dy, x, write dx (+ dw/db partial sums)
-
-    def bench_conv(dtype, Nb, C, H, W, O, k, s, g, cl):
-        fmt = torch.channels_last if cl else torch.contiguous_format
-        x = torch.randn(Nb, C, H, W, device=dev, dtype=dtype).contiguous(memory_format=fmt)
-        w = (torch.randn(O, C // g, k, k, device=dev, dtype=dtype) / (C // g * k * k) ** 0.5).contiguous(
-            memory_format=fmt)
-        b = torch.randn(O, device=dev, dtype=dtype)
-        kw = dict(stride=s, padding=k // 2, groups=g)
-        y = F.conv2d(x, w, b, **kw)
-        flops = 2 * Nb * O * y.shape[2] * y.shape[3] * (C // g) * k * k
-        case = f"N{Nb} C{C} {H}x{W} O{O} k{k} s{s} g{g}{' cl' if cl else ''}"
-        check(f"conv2d {case}", xkernels.conv2d(x, w, b, **kw), F.conv2d(x.double(), w.double(), b.double(), **kw),
-              dtype)
-        record("conv2d", case, dtype, "fwd", lambda: xkernels.conv2d(x, w, b, **kw), lambda: F.conv2d(x, w, b, **kw),
-               flops, "TFLOP/s")
-        xr, wr, br = (t.detach().clone().requires_grad_() for t in (x, w, b))
-        gy = torch.randn_like(y)
-        record("conv2d", case, dtype, "fwd+bwd",
-               lambda: torch.autograd.grad(xkernels.conv2d(xr, wr, br, **kw), (xr, wr, br), gy),
-               lambda: torch.autograd.grad(F.conv2d(xr, wr, br, **kw), (xr, wr, br), gy), 3 * flops, "TFLOP/s")
-
-    # Case-major, dtype inner: a --max-seconds cut still leaves every op and dtype measured.
-    jobs = [(bench_linear, c) for c in linear_cases(args.quick)]
-    jobs += [(bench_layer_norm, c) for c in ln_cases(args.quick)]
-    jobs += [(bench_conv, (*c, cl)) for c in conv_cases(args.quick) for cl in (False, True)]
-    for fn, case_args in jobs:
-        for dtype in dtypes:
-            if out_of_time():
-                break
-            fn(dtype, *case_args)
+    for case in build_cases(args.quick, [getattr(torch, d) for d in args.dtypes.split(",")]):
+        if time.monotonic() - t_start > args.max_seconds:
+            print("bench_cuda: stopped early (--max-seconds)")
+            break
+        case_rows = time_case(case, providers, args.repeats, args.min_time)
+        by = {r["provider"]: r for r in case_rows}
+        if "xkernels[cuda]" in by and "torch" in by:
+            ratio = float(by["xkernels[cuda]"]["median_ms"]) / float(by["torch"]["median_ms"])
+            print(
+                f"{case.op:18s} {case.shape:40s} {str(case.dtype)[6:]:9s} {case.mode:8s} "
+                f"xkernels {by['xkernels[cuda]']['median_ms']} ms  torch {by['torch']['median_ms']} ms  "
+                f"ratio {ratio:6.2f}",
+                flush=True,
+            )
+        append_csv(case_rows, args.csv, prov)
+        rows += case_rows
     if not rows:
         print("bench_cuda: no case ran")
         return 1
-    with open(args.csv, "w", newline="") as f:
-        wr = csv.DictWriter(f, fieldnames=list(rows[0].keys()))
-        wr.writeheader()
-        wr.writerows(rows)
-    print(f"bench_cuda: {len(rows)} rows -> {args.csv} in {time.monotonic() - t_start:.0f} s"
-          + (" (stopped early: --max-seconds)" if out_of_time() else ""))
+    print(f"bench_cuda: {len(rows)} rows -> {args.csv} in {time.monotonic() - t_start:.0f} s")
     for op in ("fused_linear_relu", "conv2d", "layer_norm"):
-        r = [row["ratio"] for row in rows if row["op"] == op]
-        if r:
-            print(f"  {op:18s} geometric-mean time ratio xkernels/torch: "
-                  f"{statistics.geometric_mean(r):.2f} over {len(r)} rows")
+        key = lambda r: (r["mode"], r["dtype"], r["shape"])  # noqa: E731
+        xk = {key(r): float(r["median_ms"]) for r in rows if r["op"] == op and r["provider"] == "xkernels[cuda]"}
+        th = {key(r): float(r["median_ms"]) for r in rows if r["op"] == op and r["provider"] == "torch"}
+        ratios = [xk[k] / th[k] for k in xk if k in th]
+        if ratios:
+            print(
+                f"  {op:18s} geometric-mean time ratio xkernels/torch: "
+                f"{statistics.geometric_mean(ratios):.2f} over {len(ratios)} cases"
+            )
     return 0
 
 

@@ -7,12 +7,54 @@ layer_norm.out: the same bytes as the layer_norm forward (read x + write y), so 
 directly with the "copy" provider's (out.copy_(x): the copy bandwidth). FusedLinearReLU (module-level
 inference, no_grad): 2*M*N*K as the op.
 """
+
 from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
 
-from .harness import Case
+from .harness import Case, wall_timer
+
+
+def no_grad(fn):
+    def run(*args, **kwargs):
+        with torch.no_grad():
+            return fn(*args, **kwargs)
+
+    return run
+
+
+# PyTorch's own computation of each op: the "torch" provider, and the scale of each case's error budget.
+TORCH_OPS = {
+    "fused_linear_relu": lambda x, w, b=None: torch.relu(F.linear(x, w, b)),
+    "conv2d": F.conv2d,
+    "layer_norm": F.layer_norm,
+    # torch has no out= for layer_norm: torch's row is F.layer_norm with a fresh output (what a caller gets).
+    "layer_norm.out": lambda x, ns, w, b, out: F.layer_norm(x, ns, w, b),
+    # Module-level inference (linear_module_cases): torch.nn.Linear + ReLU's computation.
+    "FusedLinearReLU": no_grad(lambda m, x: torch.relu(F.linear(x, m.weight, m.bias))),
+}
+
+
+def _case(op, mode, dtype, shape, make, oracle, work, metric, big, device) -> Case:
+    """A Case whose error budget is scaled by PyTorch's own result, timed by CUDA events on CUDA tensors."""
+    timer = wall_timer
+    if torch.device(device).type == "cuda":
+        from .harness import cuda_event_timer as timer
+    return Case(
+        op,
+        mode,
+        dtype,
+        shape,
+        make,
+        oracle,
+        work,
+        metric,
+        big=big,
+        torch_same=lambda a, k: TORCH_OPS[op](*a, **k),
+        timer=timer,
+    )
+
 
 LINEAR_M = [1, 8, 64, 512, 4096]
 LINEAR_NK = [1024, 4096]
@@ -26,67 +68,113 @@ def _g(seed):
     return torch.Generator().manual_seed(seed)
 
 
-def linear_cases(dtype, modes, ms=LINEAR_M, nks=LINEAR_NK):
+def linear_cases(dtype, modes, ms=LINEAR_M, nks=LINEAR_NK, mnk=None, device="cpu"):
+    """Square N = K = nk for every m (or the given (M, N, K) triples)."""
     out = []
-    for nk in nks:
-        for m in ms:
-            for mode in modes:
-                def make(m=m, nk=nk, mode=mode):
-                    g = _g(m * 7 + nk)
-                    rg = mode == "fwd+bwd"
-                    x = (torch.randn(m, nk, generator=g) / nk ** 0.5).to(dtype).requires_grad_(rg)
-                    w = torch.randn(nk, nk, generator=g).to(dtype).requires_grad_(rg)
-                    b = torch.randn(nk, generator=g).to(dtype).requires_grad_(rg)
-                    return (x, w, b), {}
-                flops = 2.0 * m * nk * nk * (3 if mode == "fwd+bwd" else 1)
-                out.append(Case("fused_linear_relu", mode, dtype, f"M={m},N=K={nk}", make,
-                                lambda a, k: torch.relu(F.linear(*(t.detach().double() for t in a))), flops,
-                                "GFLOP/s", big=m * nk * nk > 64 * 1024 * 1024))
+    for m, n, k in mnk or [(m, nk, nk) for nk in nks for m in ms]:
+        for mode in modes:
+
+            def make(m=m, n=n, k=k, mode=mode):
+                g = _g(m * 7 + k + (n != k) * n)
+                rg = mode == "fwd+bwd"
+                x = (torch.randn(m, k, generator=g) / k**0.5).to(device, dtype).requires_grad_(rg)
+                w = torch.randn(n, k, generator=g).to(device, dtype).requires_grad_(rg)
+                b = torch.randn(n, generator=g).to(device, dtype).requires_grad_(rg)
+                return (x, w, b), {}
+
+            flops = 2.0 * m * n * k * (3 if mode == "fwd+bwd" else 1)
+            shape = f"M={m},N=K={n}" if n == k else f"M={m},N={n},K={k}"
+            out.append(
+                _case(
+                    "fused_linear_relu",
+                    mode,
+                    dtype,
+                    shape,
+                    make,
+                    lambda a, kw: torch.relu(F.linear(*(t.detach().double() for t in a))),
+                    flops,
+                    "GFLOP/s",
+                    m * n * k > 64 * 1024 * 1024,
+                    device,
+                )
+            )
     return out
 
 
-def conv_cases(dtype, modes, batches=(1, 8), layouts=("nchw", "channels_last"), layers=None):
+def conv_cases(dtype, modes, batches=(1, 8), layouts=("nchw", "channels_last"), layers=None, device="cpu"):
+    """layers: (C_in, C_out, H=W, kernel[, stride, groups]); padding kernel // 2."""
     layers = layers or [(c, o, hw, 3) for c, o, hw in RESNET50_3X3] + [(c, o, hw, 1) for c, o, hw in RESNET50_1X1]
     out = []
-    for c, o, hw, k in layers:
+    for c, o, hw, k, *sg in layers:
+        s, groups = (*sg, 1, 1)[:2] if sg else (1, 1)
         for n in batches:
             for layout in layouts:
                 for mode in modes:
-                    def make(c=c, o=o, hw=hw, k=k, n=n, layout=layout, mode=mode):
+
+                    def make(c=c, o=o, hw=hw, k=k, n=n, s=s, groups=groups, layout=layout, mode=mode):
                         g = _g(c + o + hw + n)
                         rg = mode == "fwd+bwd"
                         fmt = torch.channels_last if layout == "channels_last" else torch.contiguous_format
-                        x = torch.randn(n, c, hw, hw, generator=g).to(dtype).contiguous(memory_format=fmt)
-                        w = (torch.randn(o, c, k, k, generator=g) / (c * k * k) ** 0.5).to(dtype)
+                        x = torch.randn(n, c, hw, hw, generator=g).to(device, dtype).contiguous(memory_format=fmt)
+                        fan_in = c // groups * k * k
+                        w = (torch.randn(o, c // groups, k, k, generator=g) / fan_in**0.5).to(device, dtype)
                         w = w.contiguous(memory_format=fmt)
-                        b = torch.randn(o, generator=g).to(dtype)
+                        b = torch.randn(o, generator=g).to(device, dtype)
                         for t in (x, w, b):
                             t.requires_grad_(rg)
-                        return (x, w, b), {"padding": k // 2}
-                    flops = 2.0 * n * o * hw * hw * c * k * k * (3 if mode == "fwd+bwd" else 1)
-                    out.append(Case("conv2d", mode, dtype, f"{k}x{k} C={c} O={o} HW={hw} N={n} {layout}", make,
-                                    lambda a, kw: F.conv2d(*(t.detach().double() for t in a), **kw), flops,
-                                    "GFLOP/s", big=flops > 2e9))
+                        return (x, w, b), {"padding": k // 2, "stride": s, "groups": groups}
+
+                    ohw = (hw + 2 * (k // 2) - k) // s + 1
+                    flops = 2.0 * n * o * ohw * ohw * (c // groups) * k * k * (3 if mode == "fwd+bwd" else 1)
+                    extra = (f" s={s}" if s != 1 else "") + (f" g={groups}" if groups != 1 else "")
+                    out.append(
+                        _case(
+                            "conv2d",
+                            mode,
+                            dtype,
+                            f"{k}x{k} C={c} O={o} HW={hw} N={n}{extra} {layout}",
+                            make,
+                            lambda a, kw: F.conv2d(*(t.detach().double() for t in a), **kw),
+                            flops,
+                            "GFLOP/s",
+                            flops > 2e9,
+                            device,
+                        )
+                    )
     return out
 
 
-def layer_norm_cases(dtype, modes, shapes=LAYER_NORM):
+def layer_norm_cases(dtype, modes, shapes=LAYER_NORM, device="cpu"):
     out = []
     for rows, hidden in shapes:
         for mode in modes:
+
             def make(rows=rows, hidden=hidden, mode=mode):
                 g = _g(rows + hidden)
                 rg = mode == "fwd+bwd"
-                x = torch.randn(rows, hidden, generator=g).to(dtype).requires_grad_(rg)
-                w = (1 + 0.1 * torch.randn(hidden, generator=g)).to(dtype).requires_grad_(rg)
-                b = (0.1 * torch.randn(hidden, generator=g)).to(dtype).requires_grad_(rg)
+                x = torch.randn(rows, hidden, generator=g).to(device, dtype).requires_grad_(rg)
+                w = (1 + 0.1 * torch.randn(hidden, generator=g)).to(device, dtype).requires_grad_(rg)
+                b = (0.1 * torch.randn(hidden, generator=g)).to(device, dtype).requires_grad_(rg)
                 return (x, [hidden], w, b), {}
+
             elt = torch.empty((), dtype=dtype).element_size()
             nbytes = rows * hidden * elt * (2 if mode == "fwd" else 5)
-            out.append(Case("layer_norm", mode, dtype, f"{rows}x{hidden}", make,
-                            lambda a, k: F.layer_norm(a[0].detach().double(), a[1], a[2].detach().double(),
-                                                      a[3].detach().double()),
-                            nbytes, "GB/s", big=rows * hidden > 4 * 1024 * 1024))
+            out.append(
+                _case(
+                    "layer_norm",
+                    mode,
+                    dtype,
+                    f"{rows}x{hidden}",
+                    make,
+                    lambda a, k: F.layer_norm(
+                        a[0].detach().double(), a[1], a[2].detach().double(), a[3].detach().double()
+                    ),
+                    nbytes,
+                    "GB/s",
+                    rows * hidden > 4 * 1024 * 1024,
+                    device,
+                )
+            )
     return out
 
 
@@ -94,16 +182,29 @@ def layer_norm_out_cases(dtype, shapes=LAYER_NORM):
     """layer_norm into a preallocated output (forward only: layer_norm.out does not differentiate)."""
     out = []
     for rows, hidden in shapes:
+
         def make(rows=rows, hidden=hidden):
             g = _g(rows + hidden)
             x = torch.randn(rows, hidden, generator=g).to(dtype)
             w = (1 + 0.1 * torch.randn(hidden, generator=g)).to(dtype)
             b = (0.1 * torch.randn(hidden, generator=g)).to(dtype)
             return (x, [hidden], w, b), {"out": torch.empty_like(x)}
+
         elt = torch.empty((), dtype=dtype).element_size()
-        out.append(Case("layer_norm.out", "fwd", dtype, f"{rows}x{hidden}", make,
-                        lambda a, k: F.layer_norm(a[0].double(), a[1], a[2].double(), a[3].double()),
-                        rows * hidden * elt * 2, "GB/s", big=rows * hidden > 4 * 1024 * 1024))
+        out.append(
+            _case(
+                "layer_norm.out",
+                "fwd",
+                dtype,
+                f"{rows}x{hidden}",
+                make,
+                lambda a, k: F.layer_norm(a[0].double(), a[1], a[2].double(), a[3].double()),
+                rows * hidden * elt * 2,
+                "GB/s",
+                rows * hidden > 4 * 1024 * 1024,
+                "cpu",
+            )
+        )
     return out
 
 
@@ -114,13 +215,27 @@ def linear_module_cases(dtype, ms=(64, 512), nk=1024):
 
     out = []
     for m in ms:
+
         def make(m=m):
             torch.manual_seed(m + nk)
             mod = xkernels.nn.FusedLinearReLU(nk, nk, dtype=dtype, pack_weight=True)  # inference: opted in
             x = torch.randn(m, nk).to(dtype)
             return (mod, x), {}
-        out.append(Case("FusedLinearReLU", "fwd", dtype, f"M={m},N=K={nk}", make,
-                        lambda a, k: torch.relu(F.linear(a[1].double(), a[0].weight.detach().double(),
-                                                         a[0].bias.detach().double())),
-                        2.0 * m * nk * nk, "GFLOP/s", big=m * nk * nk > 64 * 1024 * 1024))
+
+        out.append(
+            _case(
+                "FusedLinearReLU",
+                "fwd",
+                dtype,
+                f"M={m},N=K={nk}",
+                make,
+                lambda a, k: torch.relu(
+                    F.linear(a[1].double(), a[0].weight.detach().double(), a[0].bias.detach().double())
+                ),
+                2.0 * m * nk * nk,
+                "GFLOP/s",
+                m * nk * nk > 64 * 1024 * 1024,
+                "cpu",
+            )
+        )
     return out

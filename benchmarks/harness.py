@@ -1,12 +1,15 @@
 """One harness for every provider: xkernels on each backend, torch eager, torch.compile,
-and Intel Extension for PyTorch where installed.
+and Intel Extension for PyTorch where installed, on CPU tensors or (benchmarks/bench_cuda.py) CUDA tensors.
 
 Rules (README "Benchmarks"): correctness is checked against a float64 oracle before any
-timing; warm-up (and kernel compilation) is excluded; providers are timed interleaved,
-round-robin, in one process, so machine noise hits them alike; each provider gets
-`repeats` samples of a timed inner loop; median and spread (IQR / median) are reported;
+timing, within the relative-to-torch error budget of xkernels.tolerances (PyTorch's own
+same-dtype error on the case's inputs sets the scale); warm-up (and kernel compilation) is
+excluded; providers are timed interleaved, round-robin, in one process, so machine noise hits
+them alike; each provider gets `repeats` samples of a timed inner loop, timed by the case's
+timer (wall clock, or CUDA events for GPU work); median and spread (IQR / median) are reported;
 throughput comes from explicit FLOP or byte formulas given by each case.
 """
+
 from __future__ import annotations
 
 import csv
@@ -16,53 +19,101 @@ import platform
 import statistics
 import subprocess
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
 
 import torch
 
 import xkernels
+from xkernels.tolerances import within_budget
 
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
-CSV_FIELDS = ["timestamp", "commit", "op", "mode", "provider", "dtype", "shape", "metric", "unit", "median",
-              "spread", "median_ms", "samples", "device", "torch", "xkernels", "sycl_runtime", "threads"]
+CSV_FIELDS = [
+    "timestamp",
+    "commit",
+    "op",
+    "mode",
+    "provider",
+    "dtype",
+    "shape",
+    "metric",
+    "unit",
+    "median",
+    "spread",
+    "median_ms",
+    "samples",
+    "device",
+    "torch",
+    "xkernels",
+    "sycl_runtime",
+    "threads",
+]
 
-# Correctness budgets (max abs error vs the float64 oracle, scaled by the oracle's magnitude).
-CHECK_RTOL = {torch.float32: 2e-4, torch.float64: 1e-10, torch.bfloat16: 3e-2, torch.float16: 5e-3}
+
+# ------------------------------------------------------------------------------------ timers
+# A timer runs fn() n times and returns the seconds per call.
+
+
+def wall_timer(fn: Callable[[], object], n: int) -> float:
+    """Host wall clock (CPU work: the call returns when the work is done)."""
+    t0 = time.perf_counter()
+    for _ in range(n):
+        fn()
+    return (time.perf_counter() - t0) / n
+
+
+def cuda_event_timer(fn: Callable[[], object], n: int) -> float:
+    """CUDA events on the current stream around the n calls (asynchronous GPU work): the device time."""
+    torch.cuda.synchronize()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for _ in range(n):
+        fn()
+    end.record()
+    end.synchronize()
+    return start.elapsed_time(end) / 1e3 / n
 
 
 @dataclass
 class Case:
     op: str
-    mode: str                      # "fwd" or "fwd+bwd"
+    mode: str  # "fwd" or "fwd+bwd"
     dtype: torch.dtype
-    shape: str                     # printable shape key
-    make_inputs: Callable[[], tuple]   # -> (args tuple, kwargs dict); tensors with requires_grad as needed
-    oracle: Callable               # (args, kwargs) -> float64 output (forward)
-    work: float                    # FLOPs or bytes per call (for the metric)
-    metric: str                    # "GFLOP/s" or "GB/s"
-    big: bool = False              # skip slow providers (the reference backend) on these
+    shape: str  # printable shape key
+    make_inputs: Callable[[], tuple]  # -> (args tuple, kwargs dict); tensors with requires_grad as needed
+    oracle: Callable  # (args, kwargs) -> float64 output (forward)
+    work: float  # FLOPs or bytes per call (for the metric)
+    metric: str  # "GFLOP/s" or "GB/s"
+    big: bool = False  # skip slow providers (the reference backend) on these
+    torch_same: Callable | None = None  # (args, kwargs) -> PyTorch's own result in `dtype`: the error budget's
+    # scale (None: PyTorch's error counts as 0, only the budget's floor)
+    timer: Callable[[Callable[[], object], int], float] = wall_timer
 
 
 @dataclass
 class Provider:
     name: str
-    fn: Callable                   # (op, args, kwargs) -> output
+    fn: Callable  # (op, args, kwargs) -> output
     available: bool = True
     reason: str = ""
     handles_big: bool = True
     setup: Callable | None = None  # context manager factory entered around calls
     extra: dict = field(default_factory=dict)
-    ops: frozenset | None = None   # the ops this provider runs (None: every op)
-    checked: bool = True           # False: a baseline that computes something else (e.g. a plain copy
-                                   # for the copy bandwidth), timed on the same inputs but not checked
+    ops: frozenset | None = None  # the ops this provider runs (None: every op)
+    checked: bool = True  # False: a baseline that computes something else (e.g. a plain copy
+    # for the copy bandwidth), timed on the same inputs but not checked
 
 
 def _commit() -> str:
     try:
-        return subprocess.run(["git", "describe", "--always", "--dirty", "--abbrev=8"], capture_output=True, text=True,
-                              cwd=Path(__file__).parent, check=True).stdout.strip()
+        return subprocess.run(
+            ["git", "describe", "--always", "--dirty", "--abbrev=8"],
+            capture_output=True,
+            text=True,
+            cwd=Path(__file__).parent,
+            check=True,
+        ).stdout.strip()
     except Exception:
         return "unknown"
 
@@ -77,21 +128,16 @@ def device_name() -> str:
     return platform.processor() or "cpu"
 
 
-def provenance() -> dict:
+def provenance(device: str | None = None) -> dict:
     info = xkernels.info()
     return {
         "commit": _commit(),
-        "device": device_name(),
+        "device": device or device_name(),
         "torch": torch.__version__,
         "xkernels": xkernels.__version__,
         "sycl_runtime": info.get("sycl", {}).get("runtime", ""),
         "threads": str(torch.get_num_threads()),
     }
-
-
-def _relerr(out: torch.Tensor, ref: torch.Tensor) -> float:
-    scale = ref.abs().max().item() or 1.0
-    return (out.double() - ref).abs().max().item() / scale
 
 
 def _run(provider: Provider, case: Case, args, kwargs, backward: bool):
@@ -111,7 +157,13 @@ def time_case(case: Case, providers: list[Provider], repeats: int, min_time: flo
     """Checks every provider, then times them interleaved. Returns one row per provider."""
     args, kwargs = case.make_inputs()
     ref = case.oracle(args, kwargs)
+    if case.torch_same is not None:
+        with torch.no_grad():
+            torch_same = case.torch_same(args, kwargs)
+    else:
+        torch_same = None
     backward = case.mode == "fwd+bwd"
+    timer = case.timer
     live: list[Provider] = []
     rows = []
     warm_s: dict[str, float] = {}
@@ -119,17 +171,19 @@ def time_case(case: Case, providers: list[Provider], repeats: int, min_time: flo
         if not p.available or (case.big and not p.handles_big) or (p.ops is not None and case.op not in p.ops):
             continue
         try:
-            t_warm = time.perf_counter()
-            out = _run(p, case, args, kwargs, backward)  # warm-up: compiles kernels / traces graphs
-            warm_s[p.name] = time.perf_counter() - t_warm
+            outs = []
+            # warm-up: compiles kernels / traces graphs
+            warm_s[p.name] = timer(lambda p=p: outs.append(_run(p, case, args, kwargs, backward)), 1)
             _clear_grads(args)
-            err = _relerr(out.detach(), ref)
+            ok, err, allowed = within_budget(outs[0].detach(), torch_same, ref, case.dtype)
         except Exception as e:  # a provider that cannot run this case is reported, not timed
             log(f"    {p.name:22s} ERROR {type(e).__name__}: {str(e).splitlines()[0][:120]}")
             continue
-        if p.checked and not err <= CHECK_RTOL[case.dtype]:
-            raise AssertionError(f"{case.op} {case.shape} {case.dtype} {p.name}: relative error {err:.3g} exceeds "
-                                 f"{CHECK_RTOL[case.dtype]:.1g}; refusing to time a wrong result")
+        if p.checked and not ok:
+            raise AssertionError(
+                f"{case.op} {case.shape} {case.dtype} {p.name}: max error {err:.3g} exceeds the "
+                f"budget {allowed:.3g}; refusing to time a wrong result"
+            )
         live.append(p)
     if not live:
         return rows
@@ -141,9 +195,7 @@ def time_case(case: Case, providers: list[Provider], repeats: int, min_time: flo
         if warm_s[p.name] >= min_time / repeats:
             inner[p.name], est[p.name] = 1, warm_s[p.name]
             continue
-        t0 = time.perf_counter()
-        _run(p, case, args, kwargs, backward)
-        dt = max(time.perf_counter() - t0, 1e-7)
+        dt = max(timer(lambda p=p: _run(p, case, args, kwargs, backward), 1), 1e-7)
         inner[p.name], est[p.name] = max(1, int((min_time / repeats) / dt)), dt
     # Cases where one call already exceeds the whole timing budget get 3 samples (median and spread still
     # defined); the large GEMMs / convolutions dominated the standard suite's time otherwise.
@@ -153,23 +205,28 @@ def time_case(case: Case, providers: list[Provider], repeats: int, min_time: flo
     samples: dict[str, list[float]] = {p.name: [] for p in live}
     for _ in range(repeats):
         for p in live:  # round-robin: every provider sees the same machine state
-            n = inner[p.name]
             _clear_grads(args)
-            t0 = time.perf_counter()
-            for _ in range(n):
-                _run(p, case, args, kwargs, backward)
-            samples[p.name].append((time.perf_counter() - t0) / n)
+            samples[p.name].append(timer(lambda p=p: _run(p, case, args, kwargs, backward), inner[p.name]))
     for p in live:
         s = sorted(samples[p.name])
         med = statistics.median(s)
         q1, q3 = (s[len(s) // 4], s[(3 * len(s)) // 4]) if len(s) >= 4 else (s[0], s[-1])
         value = case.work / med / 1e9
-        rows.append({
-            "op": case.op, "mode": case.mode, "provider": p.name, "dtype": str(case.dtype).replace("torch.", ""),
-            "shape": case.shape, "metric": case.metric.split("/")[0].lower() + "_per_s", "unit": case.metric,
-            "median": f"{value:.3f}", "spread": f"{(q3 - q1) / med:.3f}", "median_ms": f"{med * 1e3:.4f}",
-            "samples": len(s),
-        })
+        rows.append(
+            {
+                "op": case.op,
+                "mode": case.mode,
+                "provider": p.name,
+                "dtype": str(case.dtype).replace("torch.", ""),
+                "shape": case.shape,
+                "metric": case.metric.split("/")[0].lower() + "_per_s",
+                "unit": case.metric,
+                "median": f"{value:.3f}",
+                "spread": f"{(q3 - q1) / med:.3f}",
+                "median_ms": f"{med * 1e3:.4f}",
+                "samples": len(s),
+            }
+        )
     return rows
 
 

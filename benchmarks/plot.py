@@ -1,4 +1,5 @@
 """PNG plots of benchmark rows: one figure per op, throughput per shape, one bar per provider."""
+
 from __future__ import annotations
 
 import csv

@@ -1,32 +1,17 @@
 """The providers a benchmark compares: xkernels per backend, torch eager, torch.compile, IPEX."""
+
 from __future__ import annotations
 
 import importlib
 
 import torch
-import torch.nn.functional as F
 
 import xkernels
 from xkernels import _C
 
+from .cases import TORCH_OPS, no_grad
 from .harness import Provider
 
-def _no_grad(fn):
-    def run(*args, **kwargs):
-        with torch.no_grad():
-            return fn(*args, **kwargs)
-    return run
-
-
-TORCH_OPS = {
-    "fused_linear_relu": lambda x, w, b=None: torch.relu(F.linear(x, w, b)),
-    "conv2d": F.conv2d,
-    "layer_norm": F.layer_norm,
-    # torch has no out= for layer_norm: torch's row is F.layer_norm with a fresh output (what a caller gets).
-    "layer_norm.out": lambda x, ns, w, b, out: F.layer_norm(x, ns, w, b),
-    # Module-level inference (cases.linear_module_cases): torch.nn.Linear + ReLU's computation.
-    "FusedLinearReLU": _no_grad(lambda m, x: torch.relu(F.linear(x, m.weight, m.bias))),
-}
 XK_OPS = {
     "fused_linear_relu": xkernels.fused_linear_relu,
     "conv2d": xkernels.conv2d,
@@ -34,7 +19,7 @@ XK_OPS = {
     "layer_norm.out": lambda x, ns, w, b, out: xkernels.layer_norm(x, ns, w, b, out=out),
     # The module as a user calls it: on the SYCL backend it uses its cached pre-packed weight
     # (packed during the untimed warm-up call).
-    "FusedLinearReLU": _no_grad(lambda m, x: m(x)),
+    "FusedLinearReLU": no_grad(lambda m, x: m(x)),
 }
 
 
@@ -56,7 +41,7 @@ def _xkernels_provider(backend: str) -> Provider:
 
 def _sycl_unpacked_provider() -> Provider:
     """FusedLinearReLU's computation through fused_linear_relu with the unpacked weight on the SYCL
-    backend (what the module did before it cached a packed weight): the weight is re-packed per call."""
+    backend (the module's computation without its cached packed weight): the weight is re-packed per call."""
     st = xkernels.backends()["sycl"]
 
     def fn(op, args, kwargs):
@@ -74,8 +59,9 @@ def _sycl_unpacked_provider() -> Provider:
 
 def _copy_provider() -> Provider:
     """Copy-bandwidth baseline for layer_norm.out: out.copy_(input), the same bytes read and written."""
-    return Provider("copy", lambda op, args, kwargs: kwargs["out"].copy_(args[0]), ops=frozenset({"layer_norm.out"}),
-                    checked=False)
+    return Provider(
+        "copy", lambda op, args, kwargs: kwargs["out"].copy_(args[0]), ops=frozenset({"layer_norm.out"}), checked=False
+    )
 
 
 def _torch_provider() -> Provider:
@@ -87,6 +73,7 @@ def _compile_provider() -> Provider:
     # shape and, past its recompile limit (8 by default), silently runs the function eagerly: the suite's dozens
     # of shapes per op would then time torch eager under the torch.compile label. So the limit is lifted here.
     import torch._dynamo.config as dynamo_config
+
     for name in ("recompile_limit", "cache_size_limit", "accumulated_recompile_limit", "accumulated_cache_size_limit"):
         if hasattr(dynamo_config, name):
             setattr(dynamo_config, name, max(getattr(dynamo_config, name), 4096))
@@ -105,8 +92,16 @@ def _ipex_provider() -> Provider:
 
 
 def all_providers(names: list[str] | None = None) -> list[Provider]:
-    provs = [_xkernels_provider("sycl"), _sycl_unpacked_provider(), _xkernels_provider("cuda"),
-             _xkernels_provider("reference"), _torch_provider(), _copy_provider(), _compile_provider(), _ipex_provider()]
+    provs = [
+        _xkernels_provider("sycl"),
+        _sycl_unpacked_provider(),
+        _xkernels_provider("cuda"),
+        _xkernels_provider("reference"),
+        _torch_provider(),
+        _copy_provider(),
+        _compile_provider(),
+        _ipex_provider(),
+    ]
     if names:
         provs = [p for p in provs if p.name in names or p.name.split("[")[-1].rstrip("]") in names]
     return provs

@@ -3,6 +3,7 @@
 Appends rows (with provenance) to benchmarks/results/results.csv, prints a side-by-side table with
 the xkernels/torch ratio, and draws PNG plots (benchmarks/results/<op>.png).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -27,14 +28,19 @@ def build_cases(args):
     out = []
     for dt in dtypes:
         if "fused_linear_relu" in args.ops:
-            out += (C.linear_cases(dt, modes, ms=[1, 64, 512], nks=[1024]) if args.quick
-                    else C.linear_cases(dt, modes))
+            out += C.linear_cases(dt, modes, ms=[1, 64, 512], nks=[1024]) if args.quick else C.linear_cases(dt, modes)
         if "conv2d" in args.ops:
-            out += (C.conv_cases(dt, modes, batches=(1,), layers=[(64, 64, 56, 3), (256, 64, 56, 1)])
-                    if args.quick else C.conv_cases(dt, modes))
+            out += (
+                C.conv_cases(dt, modes, batches=(1,), layers=[(64, 64, 56, 3), (256, 64, 56, 1)])
+                if args.quick
+                else C.conv_cases(dt, modes)
+            )
         if "layer_norm" in args.ops:
-            out += (C.layer_norm_cases(dt, modes, shapes=[(2048, 1024), (512, 8192)]) if args.quick
-                    else C.layer_norm_cases(dt, modes))
+            out += (
+                C.layer_norm_cases(dt, modes, shapes=[(2048, 1024), (512, 8192)])
+                if args.quick
+                else C.layer_norm_cases(dt, modes)
+            )
         if "layer_norm.out" in args.ops and "fwd" in modes:  # forward-only ops
             out += C.layer_norm_out_cases(dt)
         if "FusedLinearReLU" in args.ops and "fwd" in modes:
@@ -63,10 +69,15 @@ def print_table(rows):
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="a small subset (< 2 minutes)")
-    ap.add_argument("--ops", nargs="+",
-                    default=["fused_linear_relu", "conv2d", "layer_norm", "layer_norm.out", "FusedLinearReLU"])
-    ap.add_argument("--providers", nargs="+", default=None,
-                    help="e.g. sycl sycl-unpacked reference torch copy torch.compile ipex (default: all available)")
+    ap.add_argument(
+        "--ops", nargs="+", default=["fused_linear_relu", "conv2d", "layer_norm", "layer_norm.out", "FusedLinearReLU"]
+    )
+    ap.add_argument(
+        "--providers",
+        nargs="+",
+        default=None,
+        help="e.g. sycl sycl-unpacked reference torch copy torch.compile ipex (default: all available)",
+    )
     ap.add_argument("--dtypes", nargs="+", default=None, help="default: float32 (+ bfloat16 unless --quick)")
     ap.add_argument("--modes", nargs="+", default=["fwd", "fwd+bwd"], choices=["fwd", "fwd+bwd"])
     ap.add_argument("--repeats", type=int, default=5)
@@ -85,8 +96,10 @@ def main(argv=None):
 
     prov = provenance()
     providers = all_providers(args.providers)
-    print(f"xkernels {prov['xkernels']} @ {prov['commit']} | torch {prov['torch']} | SYCL {prov['sycl_runtime']} | "
-          f"{prov['device']} | torch threads {prov['threads']} | env {env_summary()}")
+    print(
+        f"xkernels {prov['xkernels']} @ {prov['commit']} | torch {prov['torch']} | SYCL {prov['sycl_runtime']} | "
+        f"{prov['device']} | torch threads {prov['threads']} | env {env_summary()}"
+    )
     for p in providers:
         print(f"  provider {p.name:22s} {'available' if p.available else 'unavailable: ' + p.reason}")
     t0 = time.perf_counter()
@@ -95,8 +108,9 @@ def main(argv=None):
     cases = build_cases(args)
     all_rows = []
     for i, case in enumerate(cases, 1):
-        print(f"[{i}/{len(cases)}] {case.op} {case.mode} {str(case.dtype).replace('torch.', '')} {case.shape}",
-              flush=True)
+        print(
+            f"[{i}/{len(cases)}] {case.op} {case.mode} {str(case.dtype).replace('torch.', '')} {case.shape}", flush=True
+        )
         rows = time_case(case, providers, args.repeats, args.min_time)
         print_table(rows)
         append_csv(rows, args.csv, prov)
@@ -104,6 +118,7 @@ def main(argv=None):
     print(f"done: {len(all_rows)} rows in {time.perf_counter() - t0:.0f}s -> {args.csv}")
     if not args.no_plot and all_rows:
         from .plot import plot_rows
+
         for path in plot_rows(all_rows, args.csv.parent):
             print(f"plot: {path}")
     return 0

@@ -30,6 +30,7 @@ read from that file, preceded by ``-fp-model=precise`` (icpx's default model is 
 ``-foffload-fp32-prec-div -foffload-fp32-prec-sqrt`` (correctly rounded fp32 division and square
 root in device code: SPIR-V and CUDA device code otherwise may use approximations).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -40,8 +41,8 @@ import shlex
 import shutil
 import subprocess
 import sys
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Callable, Iterable, Mapping, Sequence
 
 # --------------------------------------------------------------------------- constants
 
@@ -72,8 +73,9 @@ Runner = Callable[[Sequence[str]], "tuple[int, str]"]
 def run_command(argv: Sequence[str], timeout: float = 120.0) -> tuple[int, str]:
     """Runs argv; returns (exit code, stdout+stderr). OSError/timeouts become code 127/124."""
     try:
-        p = subprocess.run(list(argv), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                           timeout=timeout, check=False)
+        p = subprocess.run(
+            list(argv), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=timeout, check=False
+        )
         return p.returncode, p.stdout
     except subprocess.TimeoutExpired as e:
         out = e.stdout.decode(errors="replace") if isinstance(e.stdout, bytes) else (e.stdout or "")
@@ -128,10 +130,9 @@ def find_icpx(env: Mapping[str, str]) -> tuple[Path, str, Path | None] | None:
         if not root.is_dir():
             raise OneAPIError(
                 f"ONEAPI_ROOT={root_s} is not a directory. Point it at a oneAPI installation "
-                "(source /opt/intel/oneapi/setvars.sh, or <install>/<version>/oneapi-vars.sh), unset it, or "
-                + OFF_HINT)
-        candidates = [(root / "compiler" / "latest" / "bin" / "icpx", "component"),
-                      (root / "bin" / "icpx", "unified")]
+                "(source /opt/intel/oneapi/setvars.sh, or <install>/<version>/oneapi-vars.sh), unset it, or " + OFF_HINT
+            )
+        candidates = [(root / "compiler" / "latest" / "bin" / "icpx", "component"), (root / "bin" / "icpx", "unified")]
         for path, layout in candidates:
             if os.path.lexists(path):
                 return path, layout, root
@@ -140,11 +141,13 @@ def find_icpx(env: Mapping[str, str]) -> tuple[Path, str, Path | None] | None:
             raise OneAPIError(
                 f"ONEAPI_ROOT={root} is a pre-2024 oneAPI installation ({legacy}); xkernels needs oneAPI "
                 f">= {MIN_ONEAPI_VERSION[0]}.{MIN_ONEAPI_VERSION[1]} (free-function kernels). Install a newer "
-                "oneAPI Base Toolkit, or " + OFF_HINT)
+                "oneAPI Base Toolkit, or " + OFF_HINT
+            )
         looked = ", ".join(str(p) for p, _ in candidates)
         raise OneAPIError(
             f"ONEAPI_ROOT={root} has no icpx (looked for {looked}). Install the Intel oneAPI DPC++/C++ "
-            "Compiler there, point ONEAPI_ROOT at the installation that has it, or " + OFF_HINT)
+            "Compiler there, point ONEAPI_ROOT at the installation that has it, or " + OFF_HINT
+        )
     found = _which("icpx", env)
     if found is None:
         return None
@@ -177,36 +180,54 @@ def validate_toolchain(icpx: Path, layout: str, root: Path | None, run: Runner =
     """Checks that icpx runs and that its installation is complete; raises OneAPIError naming what is wrong."""
     where = f"ONEAPI_ROOT={root}" if root else "PATH"
     if not icpx.exists():
-        raise OneAPIError(f"{icpx} (found through {where}) is a broken link: its target {os.path.realpath(icpx)} "
-                          "is missing. Repair or reinstall the oneAPI compiler, or " + OFF_HINT)
+        raise OneAPIError(
+            f"{icpx} (found through {where}) is a broken link: its target {os.path.realpath(icpx)} "
+            "is missing. Repair or reinstall the oneAPI compiler, or " + OFF_HINT
+        )
     if not os.access(icpx, os.X_OK) or icpx.is_dir():
-        raise OneAPIError(f"{icpx} (found through {where}) is not an executable file. Check the installation's "
-                          f"permissions (chmod +x {icpx}) or reinstall the compiler, or " + OFF_HINT)
+        raise OneAPIError(
+            f"{icpx} (found through {where}) is not an executable file. Check the installation's "
+            f"permissions (chmod +x {icpx}) or reinstall the compiler, or " + OFF_HINT
+        )
     code, out = run([str(icpx), "--version"])
     if code != 0:
-        raise OneAPIError(f"`{icpx} --version` failed with exit code {code}:\n{_tail(out)}\n"
-                          "The compiler cannot run as installed (missing shared libraries? run "
-                          "`source <oneapi>/setvars.sh` first). Fix the installation, or " + OFF_HINT)
+        raise OneAPIError(
+            f"`{icpx} --version` failed with exit code {code}:\n{_tail(out)}\n"
+            "The compiler cannot run as installed (missing shared libraries? run "
+            "`source <oneapi>/setvars.sh` first). Fix the installation, or " + OFF_HINT
+        )
     parsed = parse_icpx_version(out)
     if parsed is None:
-        raise OneAPIError(f"`{icpx} --version` printed no Intel oneAPI DPC++/C++ Compiler version:\n{_tail(out)}\n"
-                          "xkernels' ahead-of-time build needs Intel's icpx; " + OFF_HINT)
+        raise OneAPIError(
+            f"`{icpx} --version` printed no Intel oneAPI DPC++/C++ Compiler version:\n{_tail(out)}\n"
+            "xkernels' ahead-of-time build needs Intel's icpx; " + OFF_HINT
+        )
     version, line = parsed
     if version[:2] < MIN_ONEAPI_VERSION:
-        raise OneAPIError(f"{icpx} is oneAPI {'.'.join(map(str, version))}; xkernels needs >= "
-                          f"{MIN_ONEAPI_VERSION[0]}.{MIN_ONEAPI_VERSION[1]} (free-function kernels). Install a newer "
-                          "oneAPI, or " + OFF_HINT)
+        raise OneAPIError(
+            f"{icpx} is oneAPI {'.'.join(map(str, version))}; xkernels needs >= "
+            f"{MIN_ONEAPI_VERSION[0]}.{MIN_ONEAPI_VERSION[1]} (free-function kernels). Install a newer "
+            "oneAPI, or " + OFF_HINT
+        )
     prefix = icpx.resolve().parent.parent if layout == "PATH" else icpx.parent.parent
-    missing = [str(p) for p in (prefix / "include" / "sycl" / "sycl.hpp", prefix / "lib" / "libsycl.so")
-               if not p.exists()]
+    missing = [
+        str(p) for p in (prefix / "include" / "sycl" / "sycl.hpp", prefix / "lib" / "libsycl.so") if not p.exists()
+    ]
     if missing:
-        raise OneAPIError(f"The oneAPI installation at {prefix} (icpx {'.'.join(map(str, version))}) is incomplete: "
-                          f"missing {', '.join(missing)}. Reinstall the DPC++/C++ compiler component, or " + OFF_HINT)
+        raise OneAPIError(
+            f"The oneAPI installation at {prefix} (icpx {'.'.join(map(str, version))}) is incomplete: "
+            f"missing {', '.join(missing)}. Reinstall the DPC++/C++ compiler component, or " + OFF_HINT
+        )
     adapters = sorted(prefix.joinpath("lib").glob("libur_adapter_cuda.so*"))
     ocloc = prefix / "bin" / "ocloc"
     opencl_aot = prefix / "bin" / "opencl-aot"
     return Toolchain(
-        icpx=icpx, layout=layout, oneapi_root=root, prefix=prefix, version=version, version_line=line,
+        icpx=icpx,
+        layout=layout,
+        oneapi_root=root,
+        prefix=prefix,
+        version=version,
+        version_line=line,
         libsycl_major=libsycl_major(prefix / "lib"),
         cuda_adapter=adapters[0] if adapters else None,
         ocloc=ocloc if ocloc.exists() else None,
@@ -222,7 +243,8 @@ def probe_fp_flags(tc: Toolchain, fp_flags: Sequence[str], run: Runner = run_com
         raise OneAPIError(
             f"icpx {tc.version_str} rejected xkernels' floating-point flags ({shlex.join(fp_flags)}):\n{_tail(out)}\n"
             "Without them IEEE division/sqrt and no-fast-math cannot be guaranteed in device code. "
-            "-foffload-fp32-prec-div/-sqrt need oneAPI >= 2025.1: upgrade the compiler, or " + OFF_HINT)
+            "-foffload-fp32-prec-div/-sqrt need oneAPI >= 2025.1: upgrade the compiler, or " + OFF_HINT
+        )
 
 
 def find_cuda_toolkit(env: Mapping[str, str], system_dirs: Sequence[str] = DEFAULT_SYSTEM_CUDA_DIRS) -> Path | None:
@@ -246,8 +268,9 @@ def read_fp_flags(repo_root: Path) -> list[str]:
     text = (repo_root / "cmake" / "FPFlags.cmake").read_text()
     m = re.search(r"^\s*set\(XK_HOST_FP_FLAGS\s+([^)]*)\)", text, re.MULTILINE)
     if not m:
-        raise OneAPIError("cmake/FPFlags.cmake defines no XK_HOST_FP_FLAGS list; the AOT build cannot pin the "
-                          "floating-point policy")
+        raise OneAPIError(
+            "cmake/FPFlags.cmake defines no XK_HOST_FP_FLAGS list; the AOT build cannot pin the floating-point policy"
+        )
     return m.group(1).split()
 
 
@@ -284,8 +307,10 @@ def resolve_targets(env: Mapping[str, str], tc: Toolchain, cuda_toolkit: Path | 
     devices = [d.strip() for d in devices_raw.split(",") if d.strip()]
     for d in devices:
         if not _OCLOC_DEVICE_RE.match(d):
-            raise OneAPIError(f"XKERNELS_SYCL_AOT_DEVICES: {d!r} is not an ocloc device name (e.g. pvc, bmg-g21, "
-                              "dg2-g10, 12.60.7); see `ocloc compile --help`")
+            raise OneAPIError(
+                f"XKERNELS_SYCL_AOT_DEVICES: {d!r} is not an ocloc device name (e.g. pvc, bmg-g21, "
+                "dg2-g10, 12.60.7); see `ocloc compile --help`"
+            )
     targets: list[str] = []
     if raw:
         source = "XKERNELS_SYCL_TARGETS"
@@ -296,7 +321,8 @@ def resolve_targets(env: Mapping[str, str], tc: Toolchain, cuda_toolkit: Path | 
             if t not in GENERIC_TARGETS and not _ARCH_TARGET_RE.match(t):
                 raise OneAPIError(
                     f"XKERNELS_SYCL_TARGETS: unknown target {t!r}. Use a comma-separated list of "
-                    f"{', '.join(GENERIC_TARGETS)}, intel_gpu_<arch> or nvidia_gpu_sm_<NN> (got {raw!r})")
+                    f"{', '.join(GENERIC_TARGETS)}, intel_gpu_<arch> or nvidia_gpu_sm_<NN> (got {raw!r})"
+                )
             if t not in targets:
                 targets.append(t)
         if not targets:
@@ -310,12 +336,14 @@ def resolve_targets(env: Mapping[str, str], tc: Toolchain, cuda_toolkit: Path | 
                     raise OneAPIError(
                         f"XKERNELS_SYCL_TARGETS asks for {t} but the oneAPI CUDA plugin is not installed (no "
                         f"libur_adapter_cuda.so in {tc.lib_dir}). Install 'oneAPI for NVIDIA GPUs' for icpx "
-                        f"{tc.version_str}, or drop {t} from XKERNELS_SYCL_TARGETS")
+                        f"{tc.version_str}, or drop {t} from XKERNELS_SYCL_TARGETS"
+                    )
                 if cuda_toolkit is None:
                     raise OneAPIError(
                         f"XKERNELS_SYCL_TARGETS asks for {t} but no CUDA toolkit was found (icpx needs its "
                         "nvvm/libdevice/libdevice.10.bc and bin/ptxas). Set CUDA_PATH to the toolkit, or drop "
-                        f"{t} from XKERNELS_SYCL_TARGETS")
+                        f"{t} from XKERNELS_SYCL_TARGETS"
+                    )
     else:
         source = "default"
         targets = ["spir64"]
@@ -325,20 +353,28 @@ def resolve_targets(env: Mapping[str, str], tc: Toolchain, cuda_toolkit: Path | 
             if cuda_toolkit is not None:
                 targets.append(CUDA_TRIPLE)
             else:
-                notes.append(f"CUDA plugin found ({tc.cuda_adapter.name}) but no CUDA toolkit (libdevice, ptxas): "
-                             "no NVIDIA image; set CUDA_PATH to build one")
+                notes.append(
+                    f"CUDA plugin found ({tc.cuda_adapter.name}) but no CUDA toolkit (libdevice, ptxas): "
+                    "no NVIDIA image; set CUDA_PATH to build one"
+                )
     if "spir64_gen" in targets:
         if not devices:
-            raise OneAPIError("spir64_gen (native Intel GPU code) needs a device list: set "
-                              "XKERNELS_SYCL_AOT_DEVICES, e.g. XKERNELS_SYCL_AOT_DEVICES=pvc,bmg-g21")
+            raise OneAPIError(
+                "spir64_gen (native Intel GPU code) needs a device list: set "
+                "XKERNELS_SYCL_AOT_DEVICES, e.g. XKERNELS_SYCL_AOT_DEVICES=pvc,bmg-g21"
+            )
         if tc.ocloc is None:
-            raise OneAPIError(f"spir64_gen needs Intel's offline compiler ocloc, which is not in {tc.prefix / 'bin'}. "
-                              "Install the oneAPI GPU offline compiler (or the GPU driver's ocloc package) or unset "
-                              "XKERNELS_SYCL_AOT_DEVICES")
+            raise OneAPIError(
+                f"spir64_gen needs Intel's offline compiler ocloc, which is not in {tc.prefix / 'bin'}. "
+                "Install the oneAPI GPU offline compiler (or the GPU driver's ocloc package) or unset "
+                "XKERNELS_SYCL_AOT_DEVICES"
+            )
     if "spir64_x86_64" in targets and tc.opencl_aot is None:
-        raise OneAPIError(f"spir64_x86_64 (x86-64 CPU code) needs opencl-aot, which is not in {tc.prefix / 'bin'}. "
-                          "Install the oneAPI CPU runtime's AOT compiler, or drop spir64_x86_64 from "
-                          "XKERNELS_SYCL_TARGETS")
+        raise OneAPIError(
+            f"spir64_x86_64 (x86-64 CPU code) needs opencl-aot, which is not in {tc.prefix / 'bin'}. "
+            "Install the oneAPI CPU runtime's AOT compiler, or drop spir64_x86_64 from "
+            "XKERNELS_SYCL_TARGETS"
+        )
     cuda_arch = env.get("XKERNELS_SYCL_CUDA_ARCH", "").strip() or DEFAULT_CUDA_ARCH
     if not _CUDA_ARCH_RE.match(cuda_arch):
         raise OneAPIError(f"XKERNELS_SYCL_CUDA_ARCH={cuda_arch!r} is not an NVIDIA architecture like sm_80 or sm_90")
@@ -355,8 +391,14 @@ def resolve_targets(env: Mapping[str, str], tc: Toolchain, cuda_toolkit: Path | 
             spec.append(f"{CUDA_TRIPLE}:{cuda_arch}")
         else:
             spec.append(t)
-    return TargetConfig(tuple(targets), tuple(backend), " ".join(spec),
-                        cuda_toolkit if any(_is_nvidia(t) for t in targets) else None, tuple(notes), source)
+    return TargetConfig(
+        tuple(targets),
+        tuple(backend),
+        " ".join(spec),
+        cuda_toolkit if any(_is_nvidia(t) for t in targets) else None,
+        tuple(notes),
+        source,
+    )
 
 
 # --------------------------------------------------------------------------- kernel manifests
@@ -380,7 +422,7 @@ def kernel_macros(texts: Iterable[str]) -> set[str]:
     for text in texts:
         for line in _code_lines(text):
             m = _DEFINE_RE.match(line)
-            if m and _KERNEL_PROPERTY in line[m.end():]:
+            if m and _KERNEL_PROPERTY in line[m.end() :]:
                 found.add(m.group(1))
     return found
 
@@ -405,19 +447,23 @@ def read_kernel_manifest(path: Path, macros: Iterable[str] = ()) -> list[str] | 
         body = s[2:].strip()
         if not body.startswith(MANIFEST_PREFIX):
             continue
-        name = body[len(MANIFEST_PREFIX):].strip()
+        name = body[len(MANIFEST_PREFIX) :].strip()
         if not _NAME_RE.match(name) or name.count("<") != name.count(">"):
-            raise OneAPIError(f"{path}:{lineno}: {name!r} is not a kernel name (expected e.g. "
-                              "'xk::layer_norm_fwd<float>' — the registered name the host code asks for)")
+            raise OneAPIError(
+                f"{path}:{lineno}: {name!r} is not a kernel name (expected e.g. "
+                "'xk::layer_norm_fwd<float>' — the registered name the host code asks for)"
+            )
         if name in names:
             raise OneAPIError(f"{path}:{lineno}: kernel name {name!r} is listed twice")
         names.append(name)
     if names:
         return names
     if _defines_kernels(text, macros):
-        raise OneAPIError(f"{path} defines free-function kernels but lists no '// {MANIFEST_PREFIX} <name>' lines, "
-                          "so the ahead-of-time library would lack them. Add one line per registered kernel name, "
-                          f"e.g. '// {MANIFEST_PREFIX} xk::{path.stem}_kernel<float>'")
+        raise OneAPIError(
+            f"{path} defines free-function kernels but lists no '// {MANIFEST_PREFIX} <name>' lines, "
+            "so the ahead-of-time library would lack them. Add one line per registered kernel name, "
+            f"e.g. '// {MANIFEST_PREFIX} xk::{path.stem}_kernel<float>'"
+        )
     return None
 
 
@@ -432,8 +478,7 @@ def _cpp_str(s: str) -> str:
 
 def generated_kernel_tu(file_name: str, names: Sequence[str]) -> str:
     ident = _ident(Path(file_name).stem)
-    rows = "\n".join(f"      {{{_cpp_str(file_name)}, {_cpp_str(n)}, &syclexp::get_kernel_id<{n}>}},"
-                     for n in names)
+    rows = "\n".join(f"      {{{_cpp_str(file_name)}, {_cpp_str(n)}, &syclexp::get_kernel_id<{n}>}}," for n in names)
     return f"""// Generated by buildtools/oneapi.py from csrc/sycl/kernels/{file_name}. Do not edit.
 // Instantiates every kernel name the file lists (// {MANIFEST_PREFIX} ...) so that icpx compiles it
 // ahead of time, and records each name with its kernel id for the kernel provider.
@@ -457,8 +502,11 @@ const AotKernel* kernels_{ident}(std::size_t* count) {{
 
 def generated_index_tu(idents: Sequence[str], info: Mapping[str, str]) -> str:
     decls = "\n".join(f"const AotKernel* kernels_{i}(std::size_t* count);" for i in idents)
-    calls = "\n".join(f"    {{ std::size_t n = 0; const AotKernel* k = generated::kernels_{i}(&n); "
-                      f"all.insert(all.end(), k, k + n); }}" for i in idents)
+    calls = "\n".join(
+        f"    {{ std::size_t n = 0; const AotKernel* k = generated::kernels_{i}(&n); "
+        f"all.insert(all.end(), k, k + n); }}"
+        for i in idents
+    )
     return f"""// Generated by buildtools/oneapi.py. Do not edit.
 // The ahead-of-time kernel library's index: every kernel, and the facts it was built with.
 #include <vector>
@@ -520,15 +568,19 @@ class Plan:
     def summary(self) -> str:
         tc, t = self.toolchain, self.targets
         where = f"ONEAPI_ROOT={tc.oneapi_root}, {tc.layout} layout" if tc.oneapi_root else "found on PATH"
-        host = (f"libsycl.so.{self.host_libsycl_major} at {self.host_sycl_prefix}" if self.host_sycl_prefix
-                else f"none next to Python; host code builds against {tc.prefix}")
+        host = (
+            f"libsycl.so.{self.host_libsycl_major} at {self.host_sycl_prefix}"
+            if self.host_sycl_prefix
+            else f"none next to Python; host code builds against {tc.prefix}"
+        )
         kern = ", ".join(f"{f} ({len(n)})" for f, n in self.kernels.items()) or "none (no kernel lists a name)"
+        libsycl = f"libsycl.so.{tc.libsycl_major}" if tc.libsycl_major else "libsycl (version unknown)"
+        cuda_plugin = tc.cuda_adapter or f"not installed (no libur_adapter_cuda.so in {tc.lib_dir})"
         lines = [
             "xkernels: oneAPI ahead-of-time SYCL kernels",
             f"  compiler     : {tc.icpx} ({tc.version_line or 'icpx ' + tc.version_str}; {where})",
-            f"  libsycl      : oneAPI {'libsycl.so.' + str(tc.libsycl_major) if tc.libsycl_major else 'libsycl (version unknown)'}; "
-            f"runtime xkernels links: {host}",
-            f"  CUDA plugin  : {tc.cuda_adapter or 'not installed (no libur_adapter_cuda.so in ' + str(tc.lib_dir) + ')'}",
+            f"  libsycl      : oneAPI {libsycl}; runtime xkernels links: {host}",
+            f"  CUDA plugin  : {cuda_plugin}",
             f"  CUDA toolkit : {t.cuda_toolkit or 'not used'}",
             f"  targets      : {','.join(t.targets)} ({t.source})",
             f"  backend opts : {shlex.join(t.backend_options) if t.backend_options else '(none)'}",
@@ -555,8 +607,10 @@ class Plan:
         return frag
 
     def cmake_fragment(self) -> str:
-        out = ["# Generated by buildtools/oneapi.py: the exact icpx commands of the AOT kernel library.",
-               "# Read by cmake/OneAPIAOT.cmake. Do not edit; re-run the build instead."]
+        out = [
+            "# Generated by buildtools/oneapi.py: the exact icpx commands of the AOT kernel library.",
+            "# Read by cmake/OneAPIAOT.cmake. Do not edit; re-run the build instead.",
+        ]
 
         def setv(name: str, values: Sequence[str]) -> None:
             out.append(f"set({name} {' '.join(_cmake_quote(v) for v in values)})")
@@ -586,9 +640,15 @@ def _cmake_quote(s: str) -> str:
     return '"' + s.replace("\\", "\\\\").replace('"', '\\"').replace("$", "\\$") + '"'
 
 
-def make_plan(env: Mapping[str, str], repo_root: Path, build_dir: Path, library_dir: Path,
-              host_sycl_prefix: str, run: Runner = run_command,
-              system_cuda_dirs: Sequence[str] = DEFAULT_SYSTEM_CUDA_DIRS) -> Plan | None:
+def make_plan(
+    env: Mapping[str, str],
+    repo_root: Path,
+    build_dir: Path,
+    library_dir: Path,
+    host_sycl_prefix: str,
+    run: Runner = run_command,
+    system_cuda_dirs: Sequence[str] = DEFAULT_SYSTEM_CUDA_DIRS,
+) -> Plan | None:
     """The plan, or None when no oneAPI toolchain is present. Raises OneAPIError for a broken one."""
     found = find_icpx(env)
     if found is None:
@@ -606,14 +666,19 @@ def make_plan(env: Mapping[str, str], repo_root: Path, build_dir: Path, library_
                 f"runtime xkernels links ({host_sycl_prefix}) is libsycl.so.{host_major}; one process cannot use "
                 "both. Install the matching runtime wheels (pip install 'intel-sycl-rt=="
                 f"{tc.version[0]}.{tc.version[1]}.*' 'intel-cmplr-lib-ur=={tc.version[0]}.{tc.version[1]}.*'), "
-                "use a oneAPI release with the same libsycl major version, or " + OFF_HINT)
+                "use a oneAPI release with the same libsycl major version, or " + OFF_HINT
+            )
         if tc.libsycl_major is None or host_major is None:
-            notes.append("libsycl major versions could not both be read; make sure the oneAPI release and the "
-                         "intel-sycl-rt wheel match")
+            notes.append(
+                "libsycl major versions could not both be read; make sure the oneAPI release and the "
+                "intel-sycl-rt wheel match"
+            )
     else:
         sycl_root_override = str(tc.prefix)
-        notes.append(f"no SYCL runtime next to Python: the host code builds against {tc.prefix} (source setvars.sh "
-                     "before importing xkernels, or pip install the matching intel-sycl-rt)")
+        notes.append(
+            f"no SYCL runtime next to Python: the host code builds against {tc.prefix} (source setvars.sh "
+            "before importing xkernels, or pip install the matching intel-sycl-rt)"
+        )
     tgt = resolve_targets(env, tc, find_cuda_toolkit(env, system_cuda_dirs))
 
     kernels_dir = repo_root / "csrc" / "sycl" / "kernels"
@@ -625,8 +690,10 @@ def make_plan(env: Mapping[str, str], repo_root: Path, build_dir: Path, library_
         if names:
             kernels[f.name] = names
     if not kernels:
-        notes.append("no kernel file lists '// xkernels-aot:' names: the library holds no kernels and every "
-                     "kernel is compiled at run time")
+        notes.append(
+            "no kernel file lists '// xkernels-aot:' names: the library holds no kernels and every "
+            "kernel is compiled at run time"
+        )
 
     gen_dir = build_dir / "gen"
     obj_dir = build_dir / "obj"
@@ -635,8 +702,17 @@ def make_plan(env: Mapping[str, str], repo_root: Path, build_dir: Path, library_
     cuda_path = [f"--cuda-path={tgt.cuda_toolkit}"] if tgt.cuda_toolkit else []
     # Backend options go on every line: the NVPTX compile binds the architecture at compile time, the
     # device link/ocloc step at link time.
-    compile_common = [*base, *tgt.backend_options, *cuda_path, "-std=c++17", "-O2", "-fPIC", *fp,
-                      f"-I{kernels_dir}", f"-I{repo_root / 'csrc' / 'sycl'}"]
+    compile_common = [
+        *base,
+        *tgt.backend_options,
+        *cuda_path,
+        "-std=c++17",
+        "-O2",
+        "-fPIC",
+        *fp,
+        f"-I{kernels_dir}",
+        f"-I{repo_root / 'csrc' / 'sycl'}",
+    ]
     aot_header = repo_root / "csrc" / "sycl" / "aot_kernels.h"
     generated: dict[Path, str] = {}
     steps: list[Step] = []
@@ -645,35 +721,73 @@ def make_plan(env: Mapping[str, str], repo_root: Path, build_dir: Path, library_
     for fname, names in kernels.items():
         ident = _ident(Path(fname).stem)
         if ident in idents:
-            raise OneAPIError(f"kernel files {idents[ident]} and {fname} map to the same generated name "
-                              f"'{ident}'; rename one of them")
+            raise OneAPIError(
+                f"kernel files {idents[ident]} and {fname} map to the same generated name '{ident}'; rename one of them"
+            )
         idents[ident] = fname
         src = gen_dir / f"kernels_{ident}.cpp"
         obj = obj_dir / f"kernels_{ident}.o"
         generated[src] = generated_kernel_tu(fname, names)
         others = tuple(p for p in kernel_files)  # a kernel file may include a shared helper header
-        steps.append(Step((*compile_common, "-c", str(src), "-o", str(obj)), obj, (src, aot_header, *others),
-                          f"icpx: ahead-of-time SYCL kernels of {fname} ({len(names)} names)"))
+        steps.append(
+            Step(
+                (*compile_common, "-c", str(src), "-o", str(obj)),
+                obj,
+                (src, aot_header, *others),
+                f"icpx: ahead-of-time SYCL kernels of {fname} ({len(names)} names)",
+            )
+        )
         objects.append(obj)
     flags_str = shlex.join(fp)
     index_src = gen_dir / "index.cpp"
     index_obj = obj_dir / "index.o"
-    generated[index_src] = generated_index_tu(list(idents), {
-        "targets": tgt.provider_spec, "compiler": f"icpx {tc.version_str}", "flags": flags_str})
-    steps.append(Step((*compile_common, "-c", str(index_src), "-o", str(index_obj)), index_obj,
-                      (index_src, aot_header), "icpx: ahead-of-time kernel index"))
+    generated[index_src] = generated_index_tu(
+        list(idents), {"targets": tgt.provider_spec, "compiler": f"icpx {tc.version_str}", "flags": flags_str}
+    )
+    steps.append(
+        Step(
+            (*compile_common, "-c", str(index_src), "-o", str(index_obj)),
+            index_obj,
+            (index_src, aot_header),
+            "icpx: ahead-of-time kernel index",
+        )
+    )
     objects.append(index_obj)
     rpath = ["$ORIGIN", "$ORIGIN/../../.."]
     if host_sycl_prefix:
         rpath.append(str(Path(host_sycl_prefix) / "lib"))
     rpath.append(str(tc.lib_dir))
-    link = [*base, *tgt.backend_options, *cuda_path, "-O2", "-fPIC", *fp, "-shared",
-            f"-Wl,-soname,{LIBRARY_NAME}", f"-Wl,-rpath,{':'.join(rpath)}",
-            "-o", str(library), *map(str, objects)]
-    steps.append(Step(tuple(link), library, tuple(objects),
-                      f"icpx: linking {LIBRARY_NAME} for {','.join(tgt.targets)}"))
-    return Plan(tc, tgt, fp, kernels, generated, steps, library, build_dir, host_sycl_prefix, host_major,
-                sycl_root_override, notes)
+    link = [
+        *base,
+        *tgt.backend_options,
+        *cuda_path,
+        "-O2",
+        "-fPIC",
+        *fp,
+        "-shared",
+        f"-Wl,-soname,{LIBRARY_NAME}",
+        f"-Wl,-rpath,{':'.join(rpath)}",
+        "-o",
+        str(library),
+        *map(str, objects),
+    ]
+    steps.append(
+        Step(tuple(link), library, tuple(objects), f"icpx: linking {LIBRARY_NAME} for {','.join(tgt.targets)}")
+    )
+    return Plan(
+        tc,
+        tgt,
+        fp,
+        kernels,
+        generated,
+        steps,
+        library,
+        build_dir,
+        host_sycl_prefix,
+        host_major,
+        sycl_root_override,
+        notes,
+    )
 
 
 # --------------------------------------------------------------------------- entry points
@@ -686,9 +800,15 @@ class SetupResult:
     summary: str
 
 
-def configure_for_setup(env: Mapping[str, str], repo_root: Path, build_dir: Path, library_dir: Path,
-                        host_sycl_prefix: str, run: Runner = run_command,
-                        system_cuda_dirs: Sequence[str] = DEFAULT_SYSTEM_CUDA_DIRS) -> SetupResult:
+def configure_for_setup(
+    env: Mapping[str, str],
+    repo_root: Path,
+    build_dir: Path,
+    library_dir: Path,
+    host_sycl_prefix: str,
+    run: Runner = run_command,
+    system_cuda_dirs: Sequence[str] = DEFAULT_SYSTEM_CUDA_DIRS,
+) -> SetupResult:
     """What setup.py and scripts/dev_build.sh call: plans (when a toolchain is there), writes the
     generated files, and returns the CMake arguments and the summary to print."""
     mode = env.get("XKERNELS_SYCL_AOT", "auto").strip().lower() or "auto"
@@ -696,8 +816,11 @@ def configure_for_setup(env: Mapping[str, str], repo_root: Path, build_dir: Path
         raise OneAPIError(f"XKERNELS_SYCL_AOT must be auto, on or off, got {env.get('XKERNELS_SYCL_AOT')!r}")
 
     def off(reason: str) -> SetupResult:
-        return SetupResult(None, ["-DXKERNELS_SYCL_AOT_PLAN=", f"-DXKERNELS_SYCL_AOT_REASON={reason}"],
-                           f"xkernels: oneAPI ahead-of-time SYCL kernels: OFF — {reason}")
+        return SetupResult(
+            None,
+            ["-DXKERNELS_SYCL_AOT_PLAN=", f"-DXKERNELS_SYCL_AOT_REASON={reason}"],
+            f"xkernels: oneAPI ahead-of-time SYCL kernels: OFF — {reason}",
+        )
 
     if mode == "off":
         return off("disabled (XKERNELS_SYCL_AOT=off); kernels are compiled at run time")
@@ -705,24 +828,33 @@ def configure_for_setup(env: Mapping[str, str], repo_root: Path, build_dir: Path
         if mode == "on":
             raise OneAPIError("XKERNELS_SYCL_AOT=on but the SYCL backend is disabled (XKERNELS_SYCL=off)")
         return off("the SYCL backend is disabled (XKERNELS_SYCL=off)")
-    plan = make_plan(env, repo_root, build_dir, library_dir, host_sycl_prefix, run=run,
-                     system_cuda_dirs=system_cuda_dirs)
+    plan = make_plan(
+        env, repo_root, build_dir, library_dir, host_sycl_prefix, run=run, system_cuda_dirs=system_cuda_dirs
+    )
     if plan is None:
         if mode == "on":
-            raise OneAPIError("XKERNELS_SYCL_AOT=on but no oneAPI compiler was found: set ONEAPI_ROOT (source "
-                              "<oneapi>/setvars.sh) or put icpx on PATH")
+            raise OneAPIError(
+                "XKERNELS_SYCL_AOT=on but no oneAPI compiler was found: set ONEAPI_ROOT (source "
+                "<oneapi>/setvars.sh) or put icpx on PATH"
+            )
         return off("no oneAPI compiler (ONEAPI_ROOT unset, no icpx on PATH); kernels are compiled at run time")
     if not plan.kernels:
-        return off(f"icpx {plan.toolchain.version_str} found, but no kernel file in csrc/sycl/kernels lists "
-                   "'// xkernels-aot:' names; kernels are compiled at run time")
+        return off(
+            f"icpx {plan.toolchain.version_str} found, but no kernel file in csrc/sycl/kernels lists "
+            "'// xkernels-aot:' names; kernels are compiled at run time"
+        )
     frag = plan.write()
     return SetupResult(plan, plan.cmake_args(frag), plan.summary())
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m buildtools.oneapi", description=(
-        "Plan the oneAPI ahead-of-time SYCL kernel library. Prints the summary to stderr and the CMake "
-        "arguments (one per line) to stdout."))
+    ap = argparse.ArgumentParser(
+        prog="python -m buildtools.oneapi",
+        description=(
+            "Plan the oneAPI ahead-of-time SYCL kernel library. Prints the summary to stderr and the CMake "
+            "arguments (one per line) to stdout."
+        ),
+    )
     ap.add_argument("--repo-root", type=Path, default=Path(__file__).resolve().parent.parent)
     ap.add_argument("--build-dir", type=Path, required=True, help="where generated sources and objects go")
     ap.add_argument("--library-dir", type=Path, required=True, help=f"where {LIBRARY_NAME} goes (next to _C)")
@@ -730,8 +862,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--show-commands", action="store_true", help="also print the exact icpx commands to stderr")
     a = ap.parse_args(argv)
     try:
-        res = configure_for_setup(os.environ, a.repo_root.resolve(), a.build_dir.resolve(), a.library_dir.resolve(),
-                                  a.host_sycl_prefix)
+        res = configure_for_setup(
+            os.environ, a.repo_root.resolve(), a.build_dir.resolve(), a.library_dir.resolve(), a.host_sycl_prefix
+        )
     except OneAPIError as e:
         print(f"xkernels: oneAPI ahead-of-time build: ERROR\n{e}", file=sys.stderr)
         return 2

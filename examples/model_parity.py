@@ -8,6 +8,7 @@ or as a script, which prints the module-by-module report of every backend:
 
     python examples/model_parity.py [--dtype bfloat16]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -25,8 +26,10 @@ class SmallNet(nn.Module):
     def __init__(self, in_channels: int = 3, size: int = 16, classes: int = 4):
         super().__init__()
         self.features = nn.Sequential(
-            nn.Conv2d(in_channels, 8, 3, padding=1), nn.ReLU(),
-            nn.Conv2d(8, 16, 3, stride=2, padding=1), nn.ReLU(),
+            nn.Conv2d(in_channels, 8, 3, padding=1),
+            nn.ReLU(),
+            nn.Conv2d(8, 16, 3, stride=2, padding=1),
+            nn.ReLU(),
         )
         s = size // 2
         self.norm = nn.LayerNorm([16, s, s])

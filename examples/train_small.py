@@ -5,6 +5,7 @@ of the trained model.
 
     python examples/train_small.py [--steps 40] [--out train_small.png]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -19,8 +20,9 @@ import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-import xkernels  # noqa: E402
 from model_parity import SmallNet  # noqa: E402
+
+import xkernels  # noqa: E402
 
 
 def synthetic_data(n: int, classes: int, device, seed: int = 0):
@@ -75,8 +77,10 @@ def main(argv=None) -> int:
             curves[label], seconds[label] = train(model, x, y, args.steps, args.batch, args.lr, ctx)
         ran = sorted({b for (_op, b, _dev) in rec.counts()})
         trained[label] = model
-        print(f"{label:22s} first loss {curves[label][0]:.4f}  final loss {curves[label][-1]:.4f}  "
-              f"({seconds[label]:.1f} s, {args.steps} steps; xkernels ops ran on: {', '.join(ran) or 'none'})")
+        print(
+            f"{label:22s} first loss {curves[label][0]:.4f}  final loss {curves[label][-1]:.4f}  "
+            f"({seconds[label]:.1f} s, {args.steps} steps; xkernels ops ran on: {', '.join(ran) or 'none'})"
+        )
 
     base = curves["torch"]
     for label, c in curves.items():
@@ -85,14 +89,21 @@ def main(argv=None) -> int:
             print(f"max |loss({label}) - loss(torch)| over {args.steps} steps: {diff:.2e}")
 
     import matplotlib
+
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     fig, (ax, ax2) = plt.subplots(1, 2, figsize=(11, 4), dpi=110, gridspec_kw={"width_ratios": [3, 2]})
     styles = ["-", "--", ":", "-."]
     for i, (label, c) in enumerate(curves.items()):
-        ax.plot(range(1, len(c) + 1), c, styles[i % len(styles)], color=f"C{i}",
-                label=f"{label} (final {c[-1]:.3f})", linewidth=2 if i == 0 else 1.5)
+        ax.plot(
+            range(1, len(c) + 1),
+            c,
+            styles[i % len(styles)],
+            color=f"C{i}",
+            label=f"{label} (final {c[-1]:.3f})",
+            linewidth=2 if i == 0 else 1.5,
+        )
     ax.set_xlabel("step")
     ax.set_ylabel("cross-entropy loss")
     ax.set_title(f"SmallNet on synthetic data, {device}, float32")

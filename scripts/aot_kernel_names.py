@@ -10,6 +10,7 @@ run time (the provider records why). This script asks the built module (_C.sycl.
 
 Usage: PYTHONPATH=python python scripts/aot_kernel_names.py --check|--write
 """
+
 from __future__ import annotations
 
 import argparse
@@ -44,7 +45,7 @@ def expected(sycl) -> dict[str, list[str]]:
 
 
 def listed(path: Path) -> list[str]:
-    return [line[len(PREFIX):].strip() for line in path.read_text().splitlines() if line.startswith(PREFIX)]
+    return [line[len(PREFIX) :].strip() for line in path.read_text().splitlines() if line.startswith(PREFIX)]
 
 
 def rewrite(path: Path, names: list[str]) -> None:
@@ -78,8 +79,10 @@ def main(argv=None) -> int:
         bad += 1
         missing = [n for n in names if n not in have]
         extra = [n for n in have if n not in names]
-        print(f"{path.relative_to(ROOT)}: its '{PREFIX.strip()}' lines differ from the names "
-              f"csrc/sycl/{Path(file).stem}.cpp registers (run scripts/aot_kernel_names.py --write)")
+        print(
+            f"{path.relative_to(ROOT)}: its '{PREFIX.strip()}' lines differ from the names "
+            f"csrc/sycl/{Path(file).stem}.cpp registers (run scripts/aot_kernel_names.py --write)"
+        )
         for n in missing:
             print(f"  missing: {n}")
         for n in extra:

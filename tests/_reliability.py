@@ -1,13 +1,11 @@
 """Shared helpers of the reliability tests (test_fuzz, test_hostile, test_threads, test_memory,
-test_cache_robustness): which backends to run on, tensors with arbitrary layouts, and
-subprocess runners that turn a crash into a test failure.
-
-Every test iterates over the backends that are available here (xkernels.backends()), so a
-backend lights up in these tests as soon as it is built and has a device.
+test_cache_robustness): dtype support per backend, tensors with arbitrary layouts, an
+elementwise error-bound check, and subprocess runners that turn a crash into a test failure.
+The backends come from the `backend` fixture (tests/conftest.py, tests/_backends.py).
 """
+
 from __future__ import annotations
 
-import contextlib
 import os
 import subprocess
 import sys
@@ -24,31 +22,6 @@ ROOT = Path(__file__).resolve().parents[1]
 # The directory holding the xkernels package this process uses: the source tree's python/ after an
 # in-place build, site-packages after `pip install .` (CI). Children must import the same one.
 PACKAGE_PARENT = Path(xkernels.__file__).resolve().parent.parent
-BACKEND_NAMES = ("reference", "sycl", "cuda")
-DTYPES = (torch.float32, torch.float64, torch.float16, torch.bfloat16)
-
-
-def backend_device(name: str) -> torch.device:
-    """The device whose tensors backend `name` runs on (reference and sycl: CPU tensors)."""
-    return torch.device("cuda") if name == "cuda" else torch.device("cpu")
-
-
-def backend_params() -> list:
-    """pytest params, one per backend; unavailable ones are skipped with the reason."""
-    status = xkernels.backends()
-    params = []
-    for name in BACKEND_NAMES:
-        st = status[name]
-        marks = [getattr(pytest.mark, name)] if name != "reference" else []
-        if not st.available:
-            marks.append(pytest.mark.skip(reason=f"backend '{name}' unavailable: {st.reason}"))
-        params.append(pytest.param(name, id=name, marks=marks))
-    return params
-
-
-def available_backends() -> list[str]:
-    status = xkernels.backends()
-    return [n for n in BACKEND_NAMES if status[n].available]
 
 
 def dtype_name(dtype: torch.dtype) -> str:
@@ -60,12 +33,6 @@ def supports(backend: str, dtype: torch.dtype) -> bool:
     if backend == "sycl":
         return bool(xkernels._C.sycl.cpu_status(dtype_name(dtype))[0])
     return True
-
-
-@contextlib.contextmanager
-def on_backend(name: str):
-    with xkernels.use_backend(name):
-        yield backend_device(name)
 
 
 # ---------------------------------------------------------------------------- layouts
@@ -117,7 +84,7 @@ def place(values: torch.Tensor, layout: Layout | None, device) -> torch.Tensor:
     for s in padded:
         numel *= s
     base = torch.full((layout.offset + numel,), float("nan"), dtype=values.dtype, device=device)
-    t = base[layout.offset:].view(padded) if numel else base[layout.offset:layout.offset].view(padded)
+    t = base[layout.offset :].view(padded) if numel else base[layout.offset : layout.offset].view(padded)
     t = t[tuple(slice(None, None, steps[p]) for p in perm)]
     inv = [0] * nd
     for i, p in enumerate(perm):
@@ -128,22 +95,7 @@ def place(values: torch.Tensor, layout: Layout | None, device) -> torch.Tensor:
     return t
 
 
-# ---------------------------------------------------------------------------- float facts
-
-# Unit roundoff of each dtype, and the dtype each accumulates in (README: half types in float32).
-UNIT_ROUNDOFF = {torch.float64: 2.0**-53, torch.float32: 2.0**-24, torch.float16: 2.0**-11, torch.bfloat16: 2.0**-8}
-ACC_DTYPE = {torch.float64: torch.float64, torch.float32: torch.float32,
-             torch.float16: torch.float32, torch.bfloat16: torch.float32}
-# Largest integer up to which every integer is exactly representable (2^digits).
-EXACT_INT_LIMIT = {torch.float64: 2**53, torch.float32: 2**24, torch.float16: 2**11, torch.bfloat16: 2**8}
-
-
-def u_out(dtype) -> float:
-    return UNIT_ROUNDOFF[dtype]
-
-
-def u_acc(dtype) -> float:
-    return UNIT_ROUNDOFF[ACC_DTYPE[dtype]]
+# ---------------------------------------------------------------------------- error bounds
 
 
 def assert_within(name: str, actual: torch.Tensor, expected64: torch.Tensor, bound: torch.Tensor, context: str = ""):
@@ -156,13 +108,15 @@ def assert_within(name: str, actual: torch.Tensor, expected64: torch.Tensor, bou
     b = bound.detach().to("cpu", torch.float64).expand(e.shape)
     nan_a, nan_e = a.isnan(), e.isnan()
     assert torch.equal(nan_a, nan_e), (
-        f"{name}: NaN pattern differs ({int(nan_a.sum())} NaN vs {int(nan_e.sum())} expected). {context}")
+        f"{name}: NaN pattern differs ({int(nan_a.sum())} NaN vs {int(nan_e.sum())} expected). {context}"
+    )
     fmax = torch.finfo(actual.dtype).max if actual.is_floating_point() else float("inf")
     may_overflow = (e.abs() + b) >= fmax
     overflowed = a.isinf() & may_overflow & ~e.isnan() & (a.sign() == e.sign())
     inf_e = e.isinf()
     assert torch.equal(a.isinf() & ~overflowed, inf_e & ~overflowed) and torch.equal(a[inf_e], e[inf_e]), (
-        f"{name}: Inf pattern differs ({int(a.isinf().sum())} Inf vs {int(inf_e.sum())} expected). {context}")
+        f"{name}: Inf pattern differs ({int(a.isinf().sum())} Inf vs {int(inf_e.sum())} expected). {context}"
+    )
     fin = ~(nan_e | inf_e | overflowed)
     err = (a - e).abs()[fin]
     b = b[fin]
@@ -173,7 +127,8 @@ def assert_within(name: str, actual: torch.Tensor, expected64: torch.Tensor, bou
         raise AssertionError(
             f"{name}: {int(bad.sum())} of {err.numel()} elements outside the error bound (worst err/bound = "
             f"{ratio:.3g}); e.g. got {float(a[fin][i])!r}, expected {float(e[fin][i])!r}, bound {float(b[i])!r}. "
-            f"{context}")
+            f"{context}"
+        )
 
 
 # ---------------------------------------------------------------------------- subprocesses
@@ -182,8 +137,9 @@ def assert_within(name: str, actual: torch.Tensor, expected64: torch.Tensor, bou
 def child_env(**extra) -> dict:
     env = dict(os.environ)
     # the caller's PYTHONPATH first: a sanitizer build (scripts/sanitize_check.sh) must win in children too
-    env["PYTHONPATH"] = os.pathsep.join(p for p in [env.get("PYTHONPATH", ""), str(PACKAGE_PARENT), str(ROOT / "tests")]
-                                        if p)
+    env["PYTHONPATH"] = os.pathsep.join(
+        p for p in [env.get("PYTHONPATH", ""), str(PACKAGE_PARENT), str(ROOT / "tests")] if p
+    )
     env.setdefault("OMP_NUM_THREADS", "2")
     env.update({k: str(v) for k, v in extra.items() if v is not None})
     for k, v in extra.items():
@@ -194,8 +150,15 @@ def child_env(**extra) -> dict:
 
 def run_python(code: str, timeout: float = 300, env: dict | None = None, **popen) -> subprocess.CompletedProcess:
     """Runs `code` in a fresh interpreter; a signal death shows up as a negative returncode."""
-    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True,
-                          timeout=timeout, env=env or child_env(), cwd=str(ROOT), **popen)
+    return subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=env or child_env(),
+        cwd=str(ROOT),
+        **popen,
+    )
 
 
 def describe_result(r: subprocess.CompletedProcess) -> str:
@@ -211,11 +174,6 @@ def mem_available_bytes() -> int:
     return 0
 
 
-def rss_bytes() -> int:
-    with open("/proc/self/statm") as f:
-        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
-
-
 # Long tests (a sanitizer build, > 2^31-element tensors) run only when asked for:
 # XKERNELS_RUN_SLOW=1 (see docs/reliability.md). They also carry the `slow` marker.
 RUN_SLOW = os.environ.get("XKERNELS_RUN_SLOW", "") == "1"
@@ -223,36 +181,3 @@ RUN_SLOW = os.environ.get("XKERNELS_RUN_SLOW", "") == "1"
 
 def slow_marks() -> list:
     return [pytest.mark.slow, pytest.mark.skipif(not RUN_SLOW, reason="long test: set XKERNELS_RUN_SLOW=1 to run it")]
-
-
-# ---------------------------------------------------------------------------- ops not there yet
-# A backend can be available while one of its ops is still missing (a branch in progress raises
-# "... is not implemented yet"). Tests skip such (backend, op) pairs instead of failing on them.
-NOT_IMPLEMENTED = "not implemented yet"
-_implemented: dict = {}
-
-
-def implemented(backend: str, op: str) -> bool:
-    key = (backend, op)
-    if key not in _implemented:
-        dev = backend_device(backend)
-        probes = {
-            "fused_linear_relu": lambda: xkernels.fused_linear_relu(torch.ones(1, 2, device=dev),
-                                                                    torch.ones(1, 2, device=dev)),
-            "conv2d": lambda: xkernels.conv2d(torch.ones(1, 1, 2, 2, device=dev), torch.ones(1, 1, 1, 1, device=dev)),
-            "layer_norm": lambda: xkernels.layer_norm(torch.ones(1, 2, device=dev), [2]),
-        }
-        try:
-            with xkernels.use_backend(backend):
-                probes[op]()
-            _implemented[key] = True
-        except RuntimeError as e:
-            if NOT_IMPLEMENTED not in str(e):
-                raise
-            _implemented[key] = False
-    return _implemented[key]
-
-
-def require_op(backend: str, op: str) -> None:
-    if not implemented(backend, op):
-        pytest.skip(f"xkernels.{op} is not implemented on backend '{backend}' yet")

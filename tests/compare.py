@@ -1,11 +1,12 @@
 """Forward + backward comparison of an xkernels op against a float64 torch oracle."""
+
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
 import torch
 
-from tolerances import assert_close
+from xkernels.tolerances import assert_close
 
 
 def randn(*shape, dtype: torch.dtype) -> torch.Tensor:

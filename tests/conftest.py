@@ -1,11 +1,14 @@
 """Shared fixtures: the backend under test, fixed seeds, and the backends table in the header.
 
-Every numerical test takes the `backend` fixture, so the same suite checks each backend
-("reference" here; "sycl" reuses it unchanged). A backend that is unavailable skips with
-the reason xkernels.backends() gives — except that with XKERNELS_REQUIRE_SYCL=1 (CI) an
-unavailable "sycl" backend fails the tests instead of skipping them (pytest reports each as an
-error in setup, and the run fails).
+Every numerical test takes the `backend` fixture, so the same suite checks each backend that
+xkernels.backends() lists as built (see tests/_backends.py for the rule: XKERNELS_REQUIRE_BACKENDS
+names the backends that must be available -- those fail instead of skipping). The fixture yields a
+`_backends.Backend` (a str equal to the name, with `.name`, `.device` and `.slow`) with
+xkernels.use_backend(<name>) entered; for a backend whose tensors live on another device than the
+CPU (cuda), that device is also torch's default device for the test, so the suites' factory calls
+create their tensors there (unless the test is marked `explicit_device`).
 """
+
 from __future__ import annotations
 
 import os
@@ -16,11 +19,17 @@ import torch
 
 import xkernels
 
-BACKENDS = ("reference", "sycl")
+import _backends
 
 
-def _sycl_required() -> bool:
-    return os.environ.get("XKERNELS_REQUIRE_SYCL", "") == "1"
+def pytest_configure(config):
+    config.addinivalue_line(
+        "markers",
+        "explicit_device: the test puts its tensors on backend.device itself (the backend fixture leaves torch's "
+        "default device alone)",
+    )
+    for name in _backends.backend_names():
+        config.addinivalue_line("markers", f"{name}: runs on the '{name}' backend")
 
 
 def pytest_report_header(config):
@@ -28,22 +37,31 @@ def pytest_report_header(config):
     for name, st in xkernels.backends().items():
         state = "available" if st.available else "unavailable"
         lines.append(f"  {name:10s} {state:12s} {st.reason}".rstrip())
-    lines.append(f"  (XKERNELS_REQUIRE_SYCL={os.environ.get('XKERNELS_REQUIRE_SYCL', '')!r}, "
-                 f"torch {torch.__version__}, {torch.get_num_threads()} threads)")
+    required = ",".join(sorted(_backends.required_backends())) or "none"
+    slow = os.environ.get("XKERNELS_SLOW_BACKENDS", _backends.SLOW_BACKENDS_DEFAULT)
+    threads = torch.get_num_threads()
+    lines.append(f"  (required: {required}; slow: {slow!r}; torch {torch.__version__}, {threads} threads)")
     return lines
 
 
-@pytest.fixture(params=BACKENDS, ids=BACKENDS)
+@pytest.fixture(params=_backends.backend_params())
 def backend(request):
-    """Runs the test with xkernels.use_backend(<name>) entered; yields the name."""
-    name = request.param
-    st = xkernels.backends()[name]
-    if not st.available:
-        if name == "sycl" and _sycl_required():
-            pytest.fail(f"backend 'sycl' is required (XKERNELS_REQUIRE_SYCL=1) but unavailable: {st.reason}")
-        pytest.skip(f"backend '{name}' unavailable: {st.reason}")
-    with xkernels.use_backend(name):
-        yield name
+    """Runs the test with xkernels.use_backend(<name>) entered; yields the _backends.Backend."""
+    be = _backends.get(request.param)
+    with xkernels.use_backend(be.name):
+        if be.device.type == "cpu" or request.node.get_closest_marker("explicit_device"):
+            yield be
+        else:
+            with torch.device(be.device):
+                yield be
+
+
+@pytest.fixture
+def cpu_backend(backend):
+    """The backend, for tests of CPU-only features (pre-packed weights): others skip."""
+    if backend.device.type != "cpu":
+        pytest.skip(f"CPU tensors only; backend '{backend.name}' runs {backend.device.type} tensors")
+    return backend
 
 
 @pytest.fixture(autouse=True)

@@ -9,6 +9,7 @@ Select with the environment variable HYPOTHESIS_PROFILE (default: "ci"):
 XKERNELS_FUZZ_EXAMPLES=<n> overrides the per-test example count of whichever profile is active.
 See docs/reliability.md for the commands.
 """
+
 from __future__ import annotations
 
 import os
@@ -22,12 +23,24 @@ FUZZ_EXAMPLES = {"ci": 300, "nightly": 3000, "dev": 10}
 
 _common = dict(
     deadline=None,  # the machine is shared and noisy; timing is not a property here
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.filter_too_much],
+    # function_scoped_fixture: the `backend` fixture only selects the backend (the same for every example)
+    suppress_health_check=[
+        HealthCheck.too_slow,
+        HealthCheck.data_too_large,
+        HealthCheck.filter_too_much,
+        HealthCheck.function_scoped_fixture,
+    ],
     print_blob=True,  # a failure prints @reproduce_failure(...) to replay it exactly
 )
 
-settings.register_profile("ci", max_examples=FUZZ_EXAMPLES["ci"], derandomize=True, database=None,
-                          phases=[Phase.explicit, Phase.generate, Phase.shrink], **_common)
+settings.register_profile(
+    "ci",
+    max_examples=FUZZ_EXAMPLES["ci"],
+    derandomize=True,
+    database=None,
+    phases=[Phase.explicit, Phase.generate, Phase.shrink],
+    **_common,
+)
 settings.register_profile("nightly", max_examples=FUZZ_EXAMPLES["nightly"], **_common)
 settings.register_profile("dev", max_examples=FUZZ_EXAMPLES["dev"], **_common)
 

@@ -1,5 +1,6 @@
 """Backend selection and introspection: backends(), use_backend (nesting, restoring, threads),
 XKERNELS_BACKEND, invalid and unavailable names, and the dispatch record."""
+
 from __future__ import annotations
 
 import os
@@ -139,19 +140,20 @@ def test_unavailable_backend_raises():
 
 
 def _run_python(code: str, **env) -> subprocess.CompletedProcess:
-    full_env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(PYTHON_DIR), os.environ.get("PYTHONPATH", "")]),
-                **env}
+    full_env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(PYTHON_DIR), os.environ.get("PYTHONPATH", "")]), **env}
     return subprocess.run([sys.executable, "-c", code], env=full_env, capture_output=True, text=True, timeout=120)
 
 
 def test_env_var_sets_process_default():
-    code = ("import torch, xkernels\n"
-            "print(xkernels.current_backend())\n"
-            "with xkernels.dispatch_record() as rec:\n"
-            "    xkernels.fused_linear_relu(torch.randn(2, 3), torch.randn(4, 3))\n"
-            "print(sorted(rec.counts()))\n"
-            "with xkernels.use_backend('auto'):\n"
-            "    print(xkernels.current_backend())\n")
+    code = (
+        "import torch, xkernels\n"
+        "print(xkernels.current_backend())\n"
+        "with xkernels.dispatch_record() as rec:\n"
+        "    xkernels.fused_linear_relu(torch.randn(2, 3), torch.randn(4, 3))\n"
+        "print(sorted(rec.counts()))\n"
+        "with xkernels.use_backend('auto'):\n"
+        "    print(xkernels.current_backend())\n"
+    )
     p = _run_python(code, XKERNELS_BACKEND="Reference")
     assert p.returncode == 0, p.stderr
     lines = p.stdout.splitlines()
@@ -192,8 +194,11 @@ def _graph_of_every_op(requires_grad=True):
     w = torch.randn(5, 4, requires_grad=requires_grad)
     xi = torch.randn(1, 2, 5, 5, requires_grad=requires_grad)
     wi = torch.randn(3, 2, 3, 3, requires_grad=requires_grad)
-    return (xkernels.fused_linear_relu(x, w).sum() + xkernels.conv2d(xi, wi, padding=1).sum()
-            + xkernels.layer_norm(x, [4]).sum())
+    return (
+        xkernels.fused_linear_relu(x, w).sum()
+        + xkernels.conv2d(xi, wi, padding=1).sum()
+        + xkernels.layer_norm(x, [4]).sum()
+    )
 
 
 BACKWARD_OPS = ("fused_linear_relu_backward", "conv2d_backward", "layer_norm_backward")
@@ -271,22 +276,81 @@ def test_empty_inputs_do_not_dispatch():
     assert rec.events == []
 
 
-@pytest.mark.slow  # two pytest subprocesses (~30 s on a loaded 2-core machine)
-def test_require_sycl_turns_skip_into_failure():
-    """conftest: with XKERNELS_REQUIRE_SYCL=1 an unavailable sycl backend fails instead of skipping."""
-    if xkernels.backends()["sycl"].available:
-        pytest.skip("sycl is available here: nothing would be skipped")
+def test_required_backends_rule(monkeypatch):
+    """tests/_backends.py: XKERNELS_REQUIRE_BACKENDS lists the required backends; XKERNELS_REQUIRE_SYCL=1
+    is an alias adding "sycl" (parsed in that one helper)."""
+    import _backends
+
+    monkeypatch.delenv("XKERNELS_REQUIRE_BACKENDS", raising=False)
+    monkeypatch.delenv("XKERNELS_REQUIRE_SYCL", raising=False)
+    assert _backends.required_backends() == frozenset()
+    monkeypatch.setenv("XKERNELS_REQUIRE_SYCL", "0")
+    assert _backends.required_backends() == frozenset()
+    monkeypatch.setenv("XKERNELS_REQUIRE_SYCL", "1")
+    assert _backends.required_backends() == {"sycl"}
+    monkeypatch.setenv("XKERNELS_REQUIRE_BACKENDS", " cuda, acpp ,")
+    assert _backends.required_backends() == {"sycl", "cuda", "acpp"}
+
+
+def test_unavailable_backend_fails_if_required_else_skips(monkeypatch):
+    """A required backend that is unavailable fails the test (never skips); otherwise it skips with the reason.
+    Every backend xkernels.backends() lists as built is a parameter, whatever its name."""
+    from xkernels.backends import BackendStatus
+
+    import _backends
+
+    real = xkernels.backends()
+    fake = {**real, "newbackend": BackendStatus("newbackend", True, False, "no device for it here")}
+    monkeypatch.setattr(xkernels, "backends", lambda: fake)
+    monkeypatch.delenv("XKERNELS_REQUIRE_BACKENDS", raising=False)
+    monkeypatch.delenv("XKERNELS_REQUIRE_SYCL", raising=False)
+    assert "newbackend" in _backends.backend_names()
+    with pytest.raises(pytest.skip.Exception, match="no device for it here"):
+        _backends.get("newbackend")
+    monkeypatch.setenv("XKERNELS_REQUIRE_BACKENDS", "newbackend")
+    with pytest.raises(pytest.fail.Exception, match="required.*no device for it here"):
+        _backends.get("newbackend")
+    monkeypatch.setenv("XKERNELS_REQUIRE_BACKENDS", "notlisted")
+    assert _backends.backend_names()[-1] == "notlisted"  # required but not listed: a parameter, so it fails
+    with pytest.raises(pytest.fail.Exception, match="not listed"):
+        _backends.get("notlisted")
+    monkeypatch.setenv("XKERNELS_REQUIRE_BACKENDS", "")
+    monkeypatch.setenv("XKERNELS_REQUIRE_SYCL", "1")
+    fake["sycl"] = BackendStatus("sycl", True, False, "no SYCL device")
+    with pytest.raises(pytest.fail.Exception, match="no SYCL device"):
+        _backends.get("sycl")
+
+
+def test_backend_device_and_slow(monkeypatch):
+    from xkernels.backends import BackendStatus
+
+    import _backends
+
+    monkeypatch.delenv("XKERNELS_SLOW_BACKENDS", raising=False)
+    ref = _backends.Backend("reference", BackendStatus("reference", True, True))
+    assert ref == "reference" and ref.name == "reference" and ref.device == torch.device("cpu") and not ref.slow
+    assert _backends.Backend("cuda", BackendStatus("cuda", True, True)).device.type == "cuda"
+    assert _backends.Backend("acpp", BackendStatus("acpp", True, True)).slow  # default XKERNELS_SLOW_BACKENDS
+    monkeypatch.setenv("XKERNELS_SLOW_BACKENDS", "sycl")
+    assert _backends.Backend("sycl", BackendStatus("sycl", True, True)).slow
+    assert not _backends.Backend("acpp", BackendStatus("acpp", True, True)).slow
+    st = BackendStatus("acpp", True, True)
+    st.conformance_only = True  # a status that says so itself wins over the environment
+    assert _backends.Backend("acpp", st).slow
+
+
+@pytest.mark.slow  # a pytest subprocess (~15 s on a loaded 2-core machine)
+def test_required_unavailable_backend_errors_the_run():
+    """End to end: a required backend nobody built makes the run fail (an error at fixture setup)."""
     test_id = f"{Path(__file__).parent / 'test_fused_linear_relu.py'}::test_via_torch_ops"
     base = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", test_id]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(PYTHON_DIR), os.environ.get("PYTHONPATH", "")])}
-    relaxed = subprocess.run(base, env={**env, "XKERNELS_REQUIRE_SYCL": "0"}, capture_output=True, text=True,
-                             timeout=300)
-    strict = subprocess.run(base, env={**env, "XKERNELS_REQUIRE_SYCL": "1"}, capture_output=True, text=True,
-                            timeout=300)
-    assert relaxed.returncode == 0 and "1 passed, 1 skipped" in relaxed.stdout, relaxed.stdout
-    # pytest.fail in the fixture: reported as an error at setup of the sycl case, and the run fails.
-    assert strict.returncode != 0 and "1 passed, 1 error" in strict.stdout, strict.stdout
-    assert "XKERNELS_REQUIRE_SYCL=1" in strict.stdout
+    env.pop("XKERNELS_REQUIRE_SYCL", None)
+    strict = subprocess.run(
+        base, env={**env, "XKERNELS_REQUIRE_BACKENDS": "nosuchbackend"}, capture_output=True, text=True, timeout=300
+    )
+    assert strict.returncode != 0 and "1 error" in strict.stdout, strict.stdout
+    assert "backend 'nosuchbackend' is required" in strict.stdout
 
 
 def test_reference_is_deterministic_across_thread_counts():
@@ -298,9 +362,11 @@ def test_reference_is_deterministic_across_thread_counts():
 
     def run():
         outs = []
-        for fn, args in ((xkernels.fused_linear_relu, (x, w, b)),
-                         (lambda a, c: xkernels.conv2d(a, c, None, 1, 1), (xi, wi)),
-                         (lambda a: xkernels.layer_norm(a, [200]), (xl,))):
+        for fn, args in (
+            (xkernels.fused_linear_relu, (x, w, b)),
+            (lambda a, c: xkernels.conv2d(a, c, None, 1, 1), (xi, wi)),
+            (lambda a: xkernels.layer_norm(a, [200]), (xl,)),
+        ):
             leaves = [t.clone().requires_grad_() for t in args]
             out = fn(*leaves)
             outs += [out.detach(), *torch.autograd.grad(out, leaves, torch.ones_like(out))]
@@ -317,3 +383,12 @@ def test_reference_is_deterministic_across_thread_counts():
         torch.set_num_threads(threads)
     for i, (a, m) in enumerate(zip(single, multi)):
         assert torch.equal(a, m), f"result {i} differs between 1 and {max(2, threads)} threads"
+
+
+def test_version_has_one_source():
+    """pyproject.toml [project] version is the only place the version is written; the package reports it."""
+    tomllib = pytest.importorskip("tomllib")
+    pyproject = Path(__file__).resolve().parent.parent / "pyproject.toml"
+    version = tomllib.loads(pyproject.read_text())["project"]["version"]
+    assert xkernels.__version__ == version
+    assert xkernels.info()["xkernels"] == version

@@ -1,6 +1,7 @@
 """The benchmark harness (benchmarks/harness.py) refuses to time a wrong result, reports every provider it
 timed with a median and spread in the case's unit, and never times an unavailable provider or one that does not
 run the op. Cheap synthetic cases only: no timing claims are made here (speed is measured by the suite)."""
+
 from __future__ import annotations
 
 import sys
@@ -18,8 +19,17 @@ def _case(mode="fwd"):
         g = torch.Generator().manual_seed(0)
         x = torch.randn(64, 32, generator=g, requires_grad=mode == "fwd+bwd")
         return (x,), {}
-    return Case("relu", mode, torch.float32, "64x32", make, lambda a, k: torch.relu(a[0].detach().double()),
-                work=64 * 32 * 8.0, metric="GB/s")
+
+    return Case(
+        "relu",
+        mode,
+        torch.float32,
+        "64x32",
+        make,
+        lambda a, k: torch.relu(a[0].detach().double()),
+        work=64 * 32 * 8.0,
+        metric="GB/s",
+    )
 
 
 def _prov(name, fn, **kw):
@@ -27,8 +37,13 @@ def _prov(name, fn, **kw):
 
 
 def test_rows_for_each_timed_provider():
-    rows = time_case(_case(), [_prov("good", torch.relu), _prov("also", lambda x: x.clamp_min(0))],
-                     repeats=3, min_time=0.01, log=lambda *a: None)
+    rows = time_case(
+        _case(),
+        [_prov("good", torch.relu), _prov("also", lambda x: x.clamp_min(0))],
+        repeats=3,
+        min_time=0.01,
+        log=lambda *a: None,
+    )
     assert [r["provider"] for r in rows] == ["good", "also"]
     for r in rows:
         assert float(r["median"]) > 0 and float(r["spread"]) >= 0 and r["samples"] == 3
@@ -37,18 +52,25 @@ def test_rows_for_each_timed_provider():
 
 def test_wrong_result_is_refused():
     with pytest.raises(AssertionError, match="refusing to time a wrong result"):
-        time_case(_case(), [_prov("wrong", lambda x: torch.relu(x) * 1.01)], repeats=3, min_time=0.01,
-                  log=lambda *a: None)
+        time_case(
+            _case(), [_prov("wrong", lambda x: torch.relu(x) * 1.01)], repeats=3, min_time=0.01, log=lambda *a: None
+        )
 
 
 def test_unchecked_baseline_and_skipped_providers():
     logged = []
-    rows = time_case(_case(), [
-        _prov("copy", lambda x: x.clone(), checked=False),                     # timed, not checked
-        _prov("gone", torch.relu, available=False, reason="not installed"),    # never called
-        _prov("other_op", torch.relu, ops=frozenset({"conv2d"})),              # does not run this op
-        _prov("broken", lambda x: (_ for _ in ()).throw(RuntimeError("no kernel"))),  # reported, not timed
-    ], repeats=3, min_time=0.01, log=logged.append)
+    rows = time_case(
+        _case(),
+        [
+            _prov("copy", lambda x: x.clone(), checked=False),  # timed, not checked
+            _prov("gone", torch.relu, available=False, reason="not installed"),  # never called
+            _prov("other_op", torch.relu, ops=frozenset({"conv2d"})),  # does not run this op
+            _prov("broken", lambda x: (_ for _ in ()).throw(RuntimeError("no kernel"))),  # reported, not timed
+        ],
+        repeats=3,
+        min_time=0.01,
+        log=logged.append,
+    )
     assert [r["provider"] for r in rows] == ["copy"]
     assert any("broken" in line and "no kernel" in line for line in logged)
 
@@ -59,5 +81,54 @@ def test_backward_mode_runs_backward_and_clears_grads():
     def relu(x):
         calls.append(x.requires_grad)
         return torch.relu(x)
+
     rows = time_case(_case("fwd+bwd"), [_prov("p", relu)], repeats=3, min_time=0.01, log=lambda *a: None)
     assert rows and all(calls)
+
+
+def test_budget_is_relative_to_torchs_own_error():
+    """With PyTorch's own same-dtype result given, a provider may be a few times PyTorch's error: a result
+    as far off as PyTorch passes, ten times PyTorch's error does not."""
+    torch_like = lambda x: (torch.relu(x.double()) * (1 + 1e-3)).float()  # noqa: E731 - "PyTorch" off by 1e-3
+    case = _case()
+    case.torch_same = lambda a, k: torch_like(a[0])
+    rows = time_case(case, [_prov("as_torch", torch_like)], repeats=3, min_time=0.01, log=lambda *a: None)
+    assert [r["provider"] for r in rows] == ["as_torch"]
+    with pytest.raises(AssertionError, match="refusing to time a wrong result"):
+        time_case(
+            case,
+            [_prov("ten_times", lambda x: (torch.relu(x.double()) * (1 + 1e-2)).float())],
+            repeats=3,
+            min_time=0.01,
+            log=lambda *a: None,
+        )
+
+
+def test_case_timer_is_used():
+    """Every timed sample comes from the case's timer (CUDA events for GPU cases)."""
+    calls = []
+
+    def timer(fn, n):
+        calls.append(n)
+        for _ in range(n):
+            fn()
+        return 1e-3
+
+    case = _case()
+    case.timer = timer
+    rows = time_case(case, [_prov("p", torch.relu)], repeats=3, min_time=0.01, log=lambda *a: None)
+    assert rows[0]["median_ms"] == "1.0000" and len(calls) >= 1 + 3
+
+
+def test_bench_cuda_imports_and_skips_without_cuda(tmp_path, capsys):
+    import xkernels
+    from benchmarks import bench_cuda
+
+    cases = bench_cuda.build_cases(quick=True, dtypes=[torch.float32])  # built lazily: no tensor made yet
+    assert {c.op for c in cases} == {"fused_linear_relu", "layer_norm", "conv2d"}
+    assert all(c.timer.__name__ == "cuda_event_timer" for c in cases)
+    if xkernels.backends()["cuda"].available:
+        pytest.skip("CUDA is available here: bench_cuda would run")
+    assert bench_cuda.main(["--csv", str(tmp_path / "out.csv")]) == 0
+    assert "bench_cuda: skipped: the native CUDA backend is unavailable" in capsys.readouterr().out
+    assert not (tmp_path / "out.csv").exists()

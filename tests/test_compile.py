@@ -1,5 +1,6 @@
 """torch.compile(fullgraph=True) of a model using all three ops: one graph, no break, and the
 same forward and backward results as eager."""
+
 from __future__ import annotations
 
 import pytest

@@ -1,4 +1,5 @@
 """conv2d forward and backward against torch.nn.functional.conv2d in float64."""
+
 from __future__ import annotations
 
 from typing import NamedTuple
@@ -8,8 +9,9 @@ import torch
 import torch.nn.functional as F
 
 import xkernels
+from xkernels.tolerances import DTYPES, assert_close
+
 from compare import check_forward_backward, memory_formats, randn, small_ints
-from tolerances import DTYPES, assert_close
 
 NAMES = ("input", "weight", "bias")
 CL = torch.channels_last
@@ -57,8 +59,9 @@ CASES = {
 @pytest.mark.parametrize("with_bias", [True, False], ids=["bias", "nobias"])
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 def test_matches_torch(backend, dtype, case, with_bias):
-    out, expected = check_forward_backward(case.ours, case.oracle, case.tensors(dtype, with_bias), NAMES, dtype,
-                                           "conv2d")
+    out, expected = check_forward_backward(
+        case.ours, case.oracle, case.tensors(dtype, with_bias), NAMES, dtype, "conv2d"
+    )
     assert out.is_contiguous()
 
 
@@ -75,8 +78,9 @@ def test_channels_last(backend, dtype, case, layout):
         x = x.to(memory_format=CL)
     if layout in ("weight", "both"):
         w = w.to(memory_format=CL)
-    out, expected = check_forward_backward(case.ours, case.oracle, [x, w, b], NAMES, dtype,
-                                           f"conv2d[channels_last {layout}]")
+    out, expected = check_forward_backward(
+        case.ours, case.oracle, [x, w, b], NAMES, dtype, f"conv2d[channels_last {layout}]"
+    )
     # (An empty output has no meaningful layout; aten's "empty" path returns NCHW strides there.)
     if out.numel() > 0:
         assert memory_formats(out) == memory_formats(expected), (out.stride(), expected.stride())
@@ -126,8 +130,15 @@ def test_layouts(backend, dtype, layout):
     x, w, b = _layout(layout, case, dtype)
     if layout == "storage_offset":
         assert x.storage_offset() > 0 and w.storage_offset() > 0
-    check_forward_backward(case.ours, case.oracle, [x, w, b], NAMES, dtype, f"conv2d[{layout}]",
-                           noncontiguous_grad=layout == "noncontiguous_grad")
+    check_forward_backward(
+        case.ours,
+        case.oracle,
+        [x, w, b],
+        NAMES,
+        dtype,
+        f"conv2d[{layout}]",
+        noncontiguous_grad=layout == "noncontiguous_grad",
+    )
 
 
 UNBATCHED = {k: CASES[k] for k in ("basic", "primes_strided_dilated", "groups_asymmetric", "all_ones")}
@@ -229,7 +240,15 @@ def test_small_integers_exact(backend, case, channels_last):
 def test_via_torch_ops(backend):
     x, w, b = torch.randn(1, 2, 6, 5), torch.randn(3, 2, 3, 3), torch.randn(3)
     x64, w64, b64 = x.double(), w.double(), b.double()
-    assert_close(torch.ops.xkernels.conv2d(x, w, b, [1, 1], [1, 1], [1, 1], 1), F.conv2d(x64, w64, b64, 1, 1),
-                 torch.float32, "conv2d")
-    assert_close(torch.ops.xkernels.conv2d.padding(x, w, b, [1, 1], "same", [1, 1], 1),
-                 F.conv2d(x64, w64, b64, padding="same"), torch.float32, "conv2d.padding")
+    assert_close(
+        torch.ops.xkernels.conv2d(x, w, b, [1, 1], [1, 1], [1, 1], 1),
+        F.conv2d(x64, w64, b64, 1, 1),
+        torch.float32,
+        "conv2d",
+    )
+    assert_close(
+        torch.ops.xkernels.conv2d.padding(x, w, b, [1, 1], "same", [1, 1], 1),
+        F.conv2d(x64, w64, b64, padding="same"),
+        torch.float32,
+        "conv2d.padding",
+    )

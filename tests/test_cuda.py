@@ -7,6 +7,7 @@ torch.compile(mode="reduce-overhead") (CUDA graphs).
 Needs an NVIDIA GPU and xkernels built with the CUDA backend (XKERNELS_CUDA=ON); every test
 is skipped, with the reason, otherwise. scripts/gpu_check.sh runs this file on a GPU machine.
 """
+
 from __future__ import annotations
 
 import math
@@ -16,21 +17,23 @@ import torch
 import torch.nn.functional as F
 
 import xkernels
+from xkernels.tolerances import DTYPES, between_backends, max_error, within_budget
 
-_CUDA = xkernels.backends()["cuda"]
-pytestmark = [
-    pytest.mark.cuda,
-    pytest.mark.skipif(not _CUDA.available, reason=f"native CUDA backend unavailable: {_CUDA.reason}"),
-]
+import _backends
 
-DTYPES = [torch.float64, torch.float32, torch.float16, torch.bfloat16]
+pytestmark = pytest.mark.cuda
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _cuda_available():
+    _backends.get("cuda")  # fails if XKERNELS_REQUIRE_BACKENDS names cuda, else skips with the reason
+
+
 ops = torch.ops.xkernels
 
-# Error budget against the float64 oracle: |ours - ref64| <= FACTOR * |torch_same_dtype - ref64|
-# + ABS[dtype] * max(1, |ref64|max). torch's own same-dtype result (cuBLAS / cuDNN / aten) on
-# the same inputs sets the scale, so the budget follows the problem's conditioning.
-FACTOR = 4.0
-ABS = {torch.float64: 1e-12, torch.float32: 1e-5, torch.float16: 2e-3, torch.bfloat16: 1.6e-2}
+# Error budget against the float64 oracle: the relative-to-torch policy of xkernels.tolerances
+# (torch's own same-dtype result -- cuBLAS / cuDNN / aten -- on the same inputs sets the scale, so
+# the budget follows the problem's conditioning).
 
 
 def _dev():
@@ -51,13 +54,11 @@ def _ints(shape, dtype, seed=0, lo=-2, hi=2):
 def _check(name, ours, torch_same, ref64):
     assert ours.shape == ref64.shape, f"{name}: shape {tuple(ours.shape)} != {tuple(ref64.shape)}"
     assert ours.dtype == torch_same.dtype, f"{name}: dtype {ours.dtype} != {torch_same.dtype}"
-    ref = ref64.detach().cpu().double()
-    err = (ours.detach().cpu().double() - ref).abs().max().item() if ref.numel() else 0.0
-    err_torch = (torch_same.detach().cpu().double() - ref).abs().max().item() if ref.numel() else 0.0
-    scale = max(1.0, ref.abs().max().item() if ref.numel() else 0.0)
-    budget = FACTOR * err_torch + ABS[ours.dtype] * scale
-    assert err <= budget, (f"{name} [{ours.dtype}]: max error {err:.3e} vs float64 exceeds the budget {budget:.3e} "
-                           f"(torch's own {ours.dtype} error {err_torch:.3e})")
+    ok, err, budget = within_budget(ours, torch_same, ref64, ours.dtype)
+    assert ok, (
+        f"{name} [{ours.dtype}]: max error {err:.3e} vs float64 exceeds the budget {budget:.3e} "
+        f"(torch's own {ours.dtype} error {max_error(torch_same, ref64):.3e})"
+    )
 
 
 def _exact(name, ours, ref64):
@@ -76,13 +77,13 @@ def _to64(*ts):
 
 # ================================================================== fused_linear_relu
 LINEAR_CASES = [  # input shape, N
-    ((13,), 5),             # 1-D input
+    ((13,), 5),  # 1-D input
     ((1, 1), 1),
     ((7, 13), 5),
-    ((3, 7, 33), 17),       # leading dims
-    ((65, 129), 67),        # several tiles, ragged edges
-    ((4, 2000), 8),         # few tiles, long K: split-K in forward and grad_input
-    ((3000, 16), 9),        # long M: split-K in grad_weight, chunked grad_bias
+    ((3, 7, 33), 17),  # leading dims
+    ((65, 129), 67),  # several tiles, ragged edges
+    ((4, 2000), 8),  # few tiles, long K: split-K in forward and grad_input
+    ((3000, 16), 9),  # long M: split-K in grad_weight, chunked grad_bias
 ]
 
 
@@ -155,11 +156,11 @@ CONV_CASES = [
     # N, C, H, W, O, KH, KW, stride, padding, dilation, groups, channels_last
     (2, 3, 9, 11, 4, 3, 3, (1, 1), (1, 1), (1, 1), 1, False),
     (1, 4, 8, 8, 6, 3, 2, (2, 1), (0, 1), (1, 2), 2, True),
-    (3, 6, 7, 5, 6, 1, 1, (1, 1), (0, 0), (1, 1), 6, False),      # depthwise 1x1
+    (3, 6, 7, 5, 6, 1, 1, (1, 1), (0, 0), (1, 1), 6, False),  # depthwise 1x1
     (None, 3, 10, 10, 5, 3, 3, (2, 2), (1, 1), (1, 1), 1, False),  # unbatched
     (2, 8, 16, 16, 16, 3, 3, (1, 1), (1, 1), (1, 1), 1, True),
-    (1, 64, 12, 12, 8, 3, 3, (1, 1), (1, 1), (1, 1), 1, False),    # K = 576: split-K forward
-    (4, 4, 32, 32, 4, 3, 3, (1, 1), (1, 1), (1, 1), 1, False),     # grad_weight K = 4096: split-K
+    (1, 64, 12, 12, 8, 3, 3, (1, 1), (1, 1), (1, 1), 1, False),  # K = 576: split-K forward
+    (4, 4, 32, 32, 4, 3, 3, (1, 1), (1, 1), (1, 1), 1, False),  # grad_weight K = 4096: split-K
     (2, 5, 13, 7, 10, 5, 3, (3, 2), (2, 0), (2, 1), 5, True),
 ]
 
@@ -168,7 +169,11 @@ def _conv_inputs(case, dtype, ints=False, seed=0):
     N, C, H, W, O, KH, KW, stride, padding, dilation, groups, cl = case
     shape = (C, H, W) if N is None else (N, C, H, W)
     if ints:
-        x, w, b = _ints(shape, dtype, seed), _ints((O, C // groups, KH, KW), dtype, seed + 1), _ints((O,), dtype, seed + 2)
+        x, w, b = (
+            _ints(shape, dtype, seed),
+            _ints((O, C // groups, KH, KW), dtype, seed + 1),
+            _ints((O,), dtype, seed + 2),
+        )
     else:
         fan_in = C // groups * KH * KW
         x = _rand(shape, dtype, seed=seed)
@@ -209,8 +214,9 @@ def test_conv2d_backward(dtype, case):
     if case[-1]:
         dy = dy.contiguous(memory_format=torch.channels_last)
     p = kw
-    gi, gw, gb = ops.conv2d_backward(dy, x, w, list(p["stride"]), list(p["padding"]), list(p["dilation"]),
-                                     p["groups"], [True, True, True])
+    gi, gw, gb = ops.conv2d_backward(
+        dy, x, w, list(p["stride"]), list(p["padding"]), list(p["dilation"]), p["groups"], [True, True, True]
+    )
     x64, w64, b64 = (t.detach().cpu().double().requires_grad_() for t in (x, w, b))
     F.conv2d(x64, w64, b64, **kw).backward(dy.cpu().double())
     xt, wt, bt = (t.detach().clone().requires_grad_() for t in (x, w, b))
@@ -230,8 +236,9 @@ def test_conv2d_exact_small_integers(dtype, case):
     out = xkernels.conv2d(x, w, b, **kw)
     _exact("conv2d", out, F.conv2d(*_to64(x, w, b), **kw))
     dy = _ints(out.shape, dtype, 15)
-    gi, gw, gb = ops.conv2d_backward(dy, x, w, list(kw["stride"]), list(kw["padding"]), list(kw["dilation"]),
-                                     kw["groups"], [True, False, True])
+    gi, gw, gb = ops.conv2d_backward(
+        dy, x, w, list(kw["stride"]), list(kw["padding"]), list(kw["dilation"]), kw["groups"], [True, False, True]
+    )
     x64, w64 = (t.detach().cpu().double().requires_grad_() for t in (x, w))
     F.conv2d(x64, w64, None, **kw).backward(dy.cpu().double())
     _exact("conv2d grad_input", gi, x64.grad)
@@ -247,8 +254,12 @@ def test_conv2d_mixed_formats_and_views():
     assert ours.is_contiguous(memory_format=torch.channels_last)
     _check("conv2d (mixed formats)", ours, F.conv2d(x, w, padding=1), F.conv2d(*_to64(x, w), padding=1))
     same = xkernels.conv2d(x, w, None, padding="same", dilation=2)
-    _check("conv2d padding='same'", same, F.conv2d(x, w, padding="same", dilation=2),
-           F.conv2d(*_to64(x, w), padding="same", dilation=2))
+    _check(
+        "conv2d padding='same'",
+        same,
+        F.conv2d(x, w, padding="same", dilation=2),
+        F.conv2d(*_to64(x, w), padding="same", dilation=2),
+    )
 
 
 # ================================================================== layer_norm
@@ -256,10 +267,10 @@ LN_CASES = [  # input shape, normalized_shape
     ((4, 7), (7,)),
     ((3, 1), (1,)),
     ((2, 3, 1024), (1024,)),  # longest warp-per-row
-    ((5, 1025), (1025,)),     # block-per-row
+    ((5, 1025), (1025,)),  # block-per-row
     ((2, 4100), (4100,)),
-    ((3, 4, 5), (4, 5)),      # multi-dim normalized_shape
-    ((300, 33), (33,)),       # many rows: chunked weight/bias grads
+    ((3, 4, 5), (4, 5)),  # multi-dim normalized_shape
+    ((300, 33), (33,)),  # many rows: chunked weight/bias grads
 ]
 
 
@@ -306,7 +317,7 @@ def test_layer_norm_strided_input():
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32], ids=str)
 def test_matches_cpu_reference_backend(dtype):
     """Same inputs through the CUDA kernels and the CPU reference kernels (the oracle)."""
-    tol = dict(rtol=1e-12, atol=1e-12) if dtype == torch.float64 else dict(rtol=2e-5, atol=2e-5)
+    rtol, atol = between_backends(dtype)
     x, w, b = _rand((33, 47), dtype, seed=24), _rand((21, 47), dtype, 0.2, seed=25), _rand((21,), dtype, seed=26)
     cx, cw, cb, kw = _conv_inputs(CONV_CASES[7], dtype, seed=27)
     lx, lw, lb = _rand((7, 300), dtype, seed=28), _rand((300,), dtype, seed=29), _rand((300,), dtype, seed=30)
@@ -316,20 +327,40 @@ def test_matches_cpu_reference_backend(dtype):
         lin = xkernels.fused_linear_relu(t(x), t(w), t(b))
         conv = xkernels.conv2d(t(cx), t(cw), t(cb), **kw)
         dy = torch.ones_like(conv)
-        cg = ops.conv2d_backward(dy, t(cx), t(cw), list(kw["stride"]), list(kw["padding"]), list(kw["dilation"]),
-                                 kw["groups"], [True, True, True])
+        cg = ops.conv2d_backward(
+            dy,
+            t(cx),
+            t(cw),
+            list(kw["stride"]),
+            list(kw["padding"]),
+            list(kw["dilation"]),
+            kw["groups"],
+            [True, True, True],
+        )
         ln = ops.layer_norm_forward(t(lx), [300], t(lw), t(lb), 1e-5)
-        lg = ops.layer_norm_backward(torch.ones_like(ln[0]), t(lx), [300], ln[1], ln[2], t(lw), t(lb),
-                                     [True, True, True])
+        lg = ops.layer_norm_backward(
+            torch.ones_like(ln[0]), t(lx), [300], ln[1], ln[2], t(lw), t(lb), [True, True, True]
+        )
         return [lin, conv, *cg, *ln, *lg]
 
     ours = run(_dev())
     with xkernels.use_backend("reference"):
         ref = run(torch.device("cpu"))
-    names = ["linear", "conv2d", "conv gi", "conv gw", "conv gb", "ln out", "ln mean", "ln rstd", "ln gi", "ln gw",
-             "ln gb"]
+    names = [
+        "linear",
+        "conv2d",
+        "conv gi",
+        "conv gw",
+        "conv gb",
+        "ln out",
+        "ln mean",
+        "ln rstd",
+        "ln gi",
+        "ln gw",
+        "ln gb",
+    ]
     for n, o, r in zip(names, ours, ref):
-        torch.testing.assert_close(o.cpu(), r, **tol, msg=lambda m, n=n: f"{n}: {m}")
+        torch.testing.assert_close(o.cpu(), r, rtol=rtol, atol=atol, msg=lambda m, n=n: f"{n}: {m}")
 
 
 # ================================================================== opcheck / gradcheck
@@ -377,7 +408,9 @@ def test_dispatch_record_and_selection():
     x, w = _rand((3, 4), torch.float32), _rand((2, 4), torch.float32)
     with xkernels.dispatch_record() as rec:
         xkernels.fused_linear_relu(x, w)
-    assert any(op == "fused_linear_relu" and be == "cuda" for (op, be, _dev_), _n in rec.counts().items()), rec.summary()
+    assert any(op == "fused_linear_relu" and be == "cuda" for (op, be, _dev_), _n in rec.counts().items()), (
+        rec.summary()
+    )
     with xkernels.use_backend("reference"):
         with pytest.raises(RuntimeError, match="reference backend runs CPU tensors only"):
             xkernels.fused_linear_relu(x, w)
@@ -409,8 +442,9 @@ def test_int64_indexing_layer_norm_and_linear():
     del y
     w = _rand((3, n), d, scale=1 / 32, seed=61)
     out = xkernels.fused_linear_relu(x, w)
-    _check("fused_linear_relu row beyond 2**31", out[-1], _linear_ref(x[-1], w, None), _linear_ref(*_to64(x[-1], w),
-                                                                                                   None))
+    _check(
+        "fused_linear_relu row beyond 2**31", out[-1], _linear_ref(x[-1], w, None), _linear_ref(*_to64(x[-1], w), None)
+    )
 
 
 # ================================================================== stream ordering
@@ -423,12 +457,21 @@ def _stream_cases():
         ("fused_linear_relu", x, lambda t: xkernels.fused_linear_relu(t, w, b)),
         ("conv2d", cx, lambda t: xkernels.conv2d(t, cw, cb, **kw)),
         ("layer_norm", x, lambda t: xkernels.layer_norm(t, 96, ln_w)),
-        ("fused_linear_relu_backward", x,
-         lambda t: torch.autograd.grad(xkernels.fused_linear_relu(t.requires_grad_(), w, b).sum(), t)[0]),
-        ("conv2d_backward", cx, lambda t: torch.autograd.grad(xkernels.conv2d(t.requires_grad_(), cw, cb, **kw).sum(),
-                                                              t)[0]),
-        ("layer_norm_backward", x,
-         lambda t: torch.autograd.grad((xkernels.layer_norm(t.requires_grad_(), 96, ln_w) ** 2).sum(), t)[0]),
+        (
+            "fused_linear_relu_backward",
+            x,
+            lambda t: torch.autograd.grad(xkernels.fused_linear_relu(t.requires_grad_(), w, b).sum(), t)[0],
+        ),
+        (
+            "conv2d_backward",
+            cx,
+            lambda t: torch.autograd.grad(xkernels.conv2d(t.requires_grad_(), cw, cb, **kw).sum(), t)[0],
+        ),
+        (
+            "layer_norm_backward",
+            x,
+            lambda t: torch.autograd.grad((xkernels.layer_norm(t.requires_grad_(), 96, ln_w) ** 2).sum(), t)[0],
+        ),
     ]
 
 

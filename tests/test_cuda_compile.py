@@ -2,6 +2,7 @@
 without torch, host wrappers against torch's headers, FP policy on the PTX, the index-mapping
 host check). Needs nvcc only (no GPU, no CUDA build of torch); skipped with the reason when
 nvcc is absent. An unchanged tree that already passed re-checks instantly (the script's stamp)."""
+
 from __future__ import annotations
 
 import os
@@ -24,11 +25,13 @@ def _nvcc() -> str | None:
     return next((c for c in cands if c and os.path.isfile(c) and os.access(c, os.X_OK)), None)
 
 
-@pytest.mark.skipif(_nvcc() is None, reason="nvcc not found (PATH, NVCC, CUDA_HOME, /usr/local/cuda): "
-                    "CUDA compile check skipped")
+@pytest.mark.skipif(
+    _nvcc() is None, reason="nvcc not found (PATH, NVCC, CUDA_HOME, /usr/local/cuda): CUDA compile check skipped"
+)
 def test_cuda_sources_compile():
     env = dict(os.environ, PYTHON=sys.executable, NVCC=_nvcc())
     r = subprocess.run(["bash", str(SCRIPT)], cwd=ROOT, env=env, capture_output=True, text=True, timeout=1800)
-    assert r.returncode == 0, (f"scripts/check_cuda_compile.sh failed (exit {r.returncode}):\n"
-                               f"{r.stdout[-8000:]}\n{r.stderr[-4000:]}")
+    assert r.returncode == 0, (
+        f"scripts/check_cuda_compile.sh failed (exit {r.returncode}):\n{r.stdout[-8000:]}\n{r.stderr[-4000:]}"
+    )
     assert "all CUDA sources compile" in r.stdout or "sources unchanged since the last successful check" in r.stdout

@@ -1,13 +1,17 @@
 """fused_linear_relu forward and backward against torch.nn.functional in float64."""
+
 from __future__ import annotations
+
+import math
 
 import pytest
 import torch
 import torch.nn.functional as F
 
 import xkernels
+from xkernels.tolerances import DTYPES, assert_close
+
 from compare import check_forward_backward, randn, small_ints
-from tolerances import DTYPES, assert_close
 
 NAMES = ("input", "weight", "bias")
 
@@ -64,8 +68,15 @@ def _layout(kind: str, M: int, K: int, N: int, dtype):
     return x, w, b
 
 
-LAYOUTS = ["transposed_input", "transposed_weight", "sliced", "storage_offset", "strided_bias", "broadcast_input",
-           "noncontiguous_grad"]
+LAYOUTS = [
+    "transposed_input",
+    "transposed_weight",
+    "sliced",
+    "storage_offset",
+    "strided_bias",
+    "broadcast_input",
+    "noncontiguous_grad",
+]
 
 
 @pytest.mark.parametrize("layout", LAYOUTS)
@@ -76,8 +87,15 @@ def test_layouts(backend, dtype, layout):
         assert not x.is_contiguous()
     if layout == "storage_offset":
         assert x.storage_offset() > 0 and w.storage_offset() > 0
-    check_forward_backward(xkernels.fused_linear_relu, oracle, [x, w, b], NAMES, dtype,
-                           f"fused_linear_relu[{layout}]", noncontiguous_grad=layout == "noncontiguous_grad")
+    check_forward_backward(
+        xkernels.fused_linear_relu,
+        oracle,
+        [x, w, b],
+        NAMES,
+        dtype,
+        f"fused_linear_relu[{layout}]",
+        noncontiguous_grad=layout == "noncontiguous_grad",
+    )
 
 
 @pytest.mark.parametrize("needs", ["input", "weight", "bias", "input+bias", "weight+bias"])
@@ -139,10 +157,10 @@ PACKED_SHAPES = [((7, 13), 5), ((3, 5, 17), 70), ((1, 33), 64), ((130, 600), 130
 @pytest.mark.parametrize("shape,n", PACKED_SHAPES, ids=[f"{'x'.join(map(str, s))}-N{n}" for s, n in PACKED_SHAPES])
 @pytest.mark.parametrize("bias", [True, False], ids=["bias", "nobias"])
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
-def test_packed_matches_unpacked(backend, dtype, shape, n, bias):
+def test_packed_matches_unpacked(cpu_backend, dtype, shape, n, bias):
     K = shape[-1]
     # x scaled by 1/sqrt(K): O(1) sums also for K = 600 (> the GEMM's K block of 512), within the budgets.
-    x, w = (torch.randn(*shape) / K ** 0.5).to(dtype), randn(n, K, dtype=dtype)
+    x, w = (torch.randn(*shape) / K**0.5).to(dtype), randn(n, K, dtype=dtype)
     b = randn(n, dtype=dtype) if bias else None
     packed = xkernels.pack_linear_weight(w)
     c = 32 if dtype == torch.float64 else 64
@@ -153,13 +171,34 @@ def test_packed_matches_unpacked(backend, dtype, shape, n, bias):
     out = xkernels.fused_linear_relu_packed(x, packed, b, n)
     expected = F.relu(F.linear(x.double(), w.double(), None if b is None else b.double()))
     assert_close(out, expected, dtype, "fused_linear_relu_packed")
-    plain = xkernels.fused_linear_relu(x, w, b)
-    rows = x.numel() // K
-    if backend == "reference" or rows > 96:  # the same kernel as the plain op (sycl: M <= 96 runs the dot kernel)
-        torch.testing.assert_close(out, plain, rtol=0, atol=0)
 
 
-def test_packed_layout_same_on_every_backend(backend):
+def _dot_max_rows(backend: str) -> int | None:
+    """The backend's fused_linear_relu forward runs its dot kernel up to this many rows and the packed-panel kernel
+    (the one fused_linear_relu_packed always runs) above it: from xkernels.info()[backend], where the build
+    exports it (the SYCL backend's LinearConfig::kDotMaxRows)."""
+    return xkernels.info().get(backend, {}).get("linear_dot_max_rows")
+
+
+@pytest.mark.parametrize("shape,n", PACKED_SHAPES, ids=[f"{'x'.join(map(str, s))}-N{n}" for s, n in PACKED_SHAPES])
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_packed_bitwise_equal_to_unpacked_on_the_same_kernel(cpu_backend, dtype, shape, n):
+    """Where the plain op runs the same kernel as the packed one (reference: always; sycl: above the dot kernel's
+    row limit), the results are identical bit for bit."""
+    K = shape[-1]
+    rows = math.prod(shape[:-1])
+    if cpu_backend != "reference":
+        limit = _dot_max_rows(cpu_backend.name)
+        if limit is None:
+            pytest.skip(f"xkernels.info()[{cpu_backend.name!r}] does not export linear_dot_max_rows")
+        if rows <= limit:
+            pytest.skip(f"{rows} rows <= {limit}: the plain op runs the dot kernel, the packed op the panel kernel")
+    x, w, b = (torch.randn(*shape) / K**0.5).to(dtype), randn(n, K, dtype=dtype), randn(n, dtype=dtype)
+    out = xkernels.fused_linear_relu_packed(x, xkernels.pack_linear_weight(w), b, n)
+    torch.testing.assert_close(out, xkernels.fused_linear_relu(x, w, b), rtol=0, atol=0)
+
+
+def test_packed_layout_same_on_every_backend(cpu_backend):
     w = torch.randn(100, 37)
     with xkernels.use_backend("reference"):
         ref = xkernels.pack_linear_weight(w)
@@ -167,17 +206,19 @@ def test_packed_layout_same_on_every_backend(backend):
     assert torch.equal(xkernels.pack_linear_weight(w.t().contiguous().t()), ref)  # any weight strides
 
 
-def test_packed_empty(backend):
+def test_packed_empty(cpu_backend):
     x, w, b = torch.randn(4, 0), torch.randn(3, 0), torch.randn(3)
-    assert torch.equal(xkernels.fused_linear_relu_packed(x, xkernels.pack_linear_weight(w), b, 3),
-                       b.clamp_min(0).expand(4, 3))
+    assert torch.equal(
+        xkernels.fused_linear_relu_packed(x, xkernels.pack_linear_weight(w), b, 3), b.clamp_min(0).expand(4, 3)
+    )
     w = torch.randn(0, 5)
     assert xkernels.fused_linear_relu_packed(torch.randn(2, 5), xkernels.pack_linear_weight(w), None, 0).shape == (2, 0)
-    assert xkernels.fused_linear_relu_packed(torch.randn(0, 5), xkernels.pack_linear_weight(torch.randn(3, 5)),
-                                             None, 3).shape == (0, 3)
+    assert xkernels.fused_linear_relu_packed(
+        torch.randn(0, 5), xkernels.pack_linear_weight(torch.randn(3, 5)), None, 3
+    ).shape == (0, 3)
 
 
-def test_packed_not_differentiable(backend):
+def test_packed_not_differentiable(cpu_backend):
     x, w = torch.randn(2, 8), torch.randn(3, 8)
     packed = xkernels.pack_linear_weight(w)
     with pytest.raises(RuntimeError, match=r"xkernels\.fused_linear_relu_packed: not differentiable.*'input'"):
@@ -191,16 +232,26 @@ def test_packed_validation(case):
     x, w = torch.randn(2, 8), torch.randn(70, 8)
     packed = xkernels.pack_linear_weight(w)
     call, parts = {
-        "packed-shape": (lambda: xkernels.fused_linear_relu_packed(torch.randn(2, 9), packed, None, 70),
-                         ["'packed_weight'", "[2, 8, 64]", "K=9", "[2, 9, 64]"]),
-        "out-features": (lambda: xkernels.fused_linear_relu_packed(x, packed, None, 129),
-                         ["'packed_weight'", "out_features=129", "[3, 8, 64]"]),
-        "packed-dtype": (lambda: xkernels.fused_linear_relu_packed(x, packed.double(), None, 70),
-                         ["'packed_weight'", "Double", "Float"]),
-        "packed-noncontiguous": (lambda: xkernels.fused_linear_relu_packed(
-            x, torch.randn(2, 64, 8).transpose(1, 2), None, 70), ["'packed_weight'", "contiguous", "strides"]),
-        "bias-shape": (lambda: xkernels.fused_linear_relu_packed(x, packed, torch.randn(69), 70),
-                       ["'bias'", "[70]", "[69]"]),
+        "packed-shape": (
+            lambda: xkernels.fused_linear_relu_packed(torch.randn(2, 9), packed, None, 70),
+            ["'packed_weight'", "[2, 8, 64]", "K=9", "[2, 9, 64]"],
+        ),
+        "out-features": (
+            lambda: xkernels.fused_linear_relu_packed(x, packed, None, 129),
+            ["'packed_weight'", "out_features=129", "[3, 8, 64]"],
+        ),
+        "packed-dtype": (
+            lambda: xkernels.fused_linear_relu_packed(x, packed.double(), None, 70),
+            ["'packed_weight'", "Double", "Float"],
+        ),
+        "packed-noncontiguous": (
+            lambda: xkernels.fused_linear_relu_packed(x, torch.randn(2, 64, 8).transpose(1, 2), None, 70),
+            ["'packed_weight'", "contiguous", "strides"],
+        ),
+        "bias-shape": (
+            lambda: xkernels.fused_linear_relu_packed(x, packed, torch.randn(69), 70),
+            ["'bias'", "[70]", "[69]"],
+        ),
     }[case]
     with pytest.raises((ValueError, RuntimeError)) as info:
         call()

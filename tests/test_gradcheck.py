@@ -1,5 +1,6 @@
 """float64 torch.autograd.gradcheck of every op with respect to every differentiable argument:
 the backward kernels against finite differences of the forward kernels."""
+
 from __future__ import annotations
 
 import pytest

@@ -3,6 +3,7 @@ on CPU tensors of at least 1 MiB come from a bounded pool, so a fresh output per
 faults of a new mmap every time. Checked: reuse after release, correctness of reused (dirty) memory, the bound
 (XKERNELS_HOST_CACHE_MB) and turning it off, empty_cache(), that the outputs are ordinary resizable tensors,
 channels_last outputs, and the error for a bad setting."""
+
 from __future__ import annotations
 
 import json
@@ -12,12 +13,16 @@ import torch
 import torch.nn.functional as F
 
 import xkernels
+
+import _backends
 from _reliability import child_env, describe_result, run_python
 
 pytestmark = pytest.mark.sycl
-_SYCL = xkernels.backends()["sycl"]
-if not _SYCL.available:
-    pytestmark = [pytest.mark.sycl, pytest.mark.skip(reason=f"sycl unavailable: {_SYCL.reason}")]
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _sycl_available():
+    _backends.get("sycl")
 
 
 def stats():
@@ -105,9 +110,11 @@ def test_bound_and_off(mb):
 
 
 def test_bad_setting_names_the_variable():
-    r = run_python("import torch, xkernels\nwith xkernels.use_backend('sycl'):\n"
-                   "    xkernels.layer_norm(torch.randn(1024, 1024), [1024])\n",
-                   env=child_env(XKERNELS_HOST_CACHE_MB="lots"))
+    r = run_python(
+        "import torch, xkernels\nwith xkernels.use_backend('sycl'):\n"
+        "    xkernels.layer_norm(torch.randn(1024, 1024), [1024])\n",
+        env=child_env(XKERNELS_HOST_CACHE_MB="lots"),
+    )
     assert r.returncode != 0
     assert "XKERNELS_HOST_CACHE_MB" in r.stderr and "'lots'" in r.stderr
 

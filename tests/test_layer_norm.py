@@ -1,4 +1,5 @@
 """layer_norm forward and backward against torch.nn.functional.layer_norm in float64."""
+
 from __future__ import annotations
 
 import pytest
@@ -6,8 +7,9 @@ import torch
 import torch.nn.functional as F
 
 import xkernels
+from xkernels.tolerances import DTYPES, assert_close
+
 from compare import check_forward_backward, randn
-from tolerances import DTYPES, assert_close
 
 NAMES = ("input", "weight", "bias")
 
@@ -38,8 +40,9 @@ SHAPES = [
 AFFINE = ["weight+bias", "weight", "bias", "none"]
 
 
-@pytest.mark.parametrize("shape,normalized_shape", SHAPES,
-                         ids=[f"{'x'.join(map(str, s))}-ns{'x'.join(map(str, n))}" for s, n in SHAPES])
+@pytest.mark.parametrize(
+    "shape,normalized_shape", SHAPES, ids=[f"{'x'.join(map(str, s))}-ns{'x'.join(map(str, n))}" for s, n in SHAPES]
+)
 @pytest.mark.parametrize("affine", AFFINE)
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 def test_matches_torch(backend, dtype, shape, normalized_shape, affine):
@@ -70,8 +73,14 @@ def _layout(kind, dtype):
     return x, w, b
 
 
-LAYOUTS = ["transposed_rows", "sliced", "transposed_normalized", "storage_offset", "strided_affine",
-           "noncontiguous_grad"]
+LAYOUTS = [
+    "transposed_rows",
+    "sliced",
+    "transposed_normalized",
+    "storage_offset",
+    "strided_affine",
+    "noncontiguous_grad",
+]
 
 
 @pytest.mark.parametrize("layout", LAYOUTS)
@@ -81,8 +90,15 @@ def test_layouts(backend, dtype, layout):
     if layout in ("transposed_rows", "sliced", "transposed_normalized"):
         assert not x.is_contiguous()
     ours, oracle = run([11])
-    check_forward_backward(ours, oracle, [x, w, b], NAMES, dtype, f"layer_norm[{layout}]",
-                           noncontiguous_grad=layout == "noncontiguous_grad")
+    check_forward_backward(
+        ours,
+        oracle,
+        [x, w, b],
+        NAMES,
+        dtype,
+        f"layer_norm[{layout}]",
+        noncontiguous_grad=layout == "noncontiguous_grad",
+    )
 
 
 @pytest.mark.parametrize("eps", [1e-5, 0.5])
@@ -127,8 +143,11 @@ def test_int_normalized_shape(backend):
 OUT_SHAPES = [s for s in SHAPES if 0 not in s[0]] + [((4, 1000), [1000]), ((3, 37), [37])]  # partial sub-group steps
 
 
-@pytest.mark.parametrize("shape,normalized_shape", OUT_SHAPES,
-                         ids=[f"{'x'.join(map(str, s))}-ns{'x'.join(map(str, n))}" for s, n in OUT_SHAPES])
+@pytest.mark.parametrize(
+    "shape,normalized_shape",
+    OUT_SHAPES,
+    ids=[f"{'x'.join(map(str, s))}-ns{'x'.join(map(str, n))}" for s, n in OUT_SHAPES],
+)
 @pytest.mark.parametrize("affine", AFFINE)
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 def test_out_matches_torch(backend, dtype, shape, normalized_shape, affine):
@@ -138,8 +157,9 @@ def test_out_matches_torch(backend, dtype, shape, normalized_shape, affine):
     out = torch.full(shape, float("nan"), dtype=dtype)  # every element must be written
     result = xkernels.layer_norm(x, normalized_shape, w, b, 1e-5, out=out)
     assert result is out
-    expected = F.layer_norm(x.double(), normalized_shape, None if w is None else w.double(),
-                            None if b is None else b.double(), 1e-5)
+    expected = F.layer_norm(
+        x.double(), normalized_shape, None if w is None else w.double(), None if b is None else b.double(), 1e-5
+    )
     assert_close(out, expected, dtype, "layer_norm(out=)")
     # The same values as the functional op (same kernel, statistics just not stored).
     torch.testing.assert_close(out, xkernels.layer_norm(x, normalized_shape, w, b, 1e-5), rtol=0, atol=0)
@@ -188,8 +208,11 @@ def test_out_autograd(backend):
     under no_grad the op runs; out's version counter is bumped (autograd sees it was overwritten)."""
     x, w = torch.randn(3, 8), torch.randn(8)
     for name, args in (("input", (x.clone().requires_grad_(), w)), ("weight", (x, w.clone().requires_grad_()))):
-        with pytest.raises(RuntimeError, match=rf"xkernels\.layer_norm\(\): functions with out=\.\.\. arguments "
-                                               rf"don't support automatic differentiation, but argument '{name}'"):
+        with pytest.raises(
+            RuntimeError,
+            match=rf"xkernels\.layer_norm\(\): functions with out=\.\.\. arguments "
+            rf"don't support automatic differentiation, but argument '{name}'",
+        ):
             xkernels.layer_norm(args[0], [8], args[1], out=torch.empty(3, 8))
     with pytest.raises(RuntimeError, match="argument 'out' requires grad"):
         xkernels.layer_norm(x, [8], w, out=torch.empty(3, 8, requires_grad=True))

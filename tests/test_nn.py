@@ -1,5 +1,6 @@
 """xkernels.nn modules as drop-in replacements, state_dict compatibility both ways, and
 optimize() on nested models (outputs, shared parameters, training, torch.compile)."""
+
 from __future__ import annotations
 
 import copy
@@ -11,8 +12,9 @@ from torch import nn
 import xkernels
 import xkernels.nn as xnn
 from xkernels.parity import tensor_error
+from xkernels.tolerances import DTYPES, assert_close
 
-DTYPES = [torch.float32, torch.float64, torch.bfloat16]
+import _backends
 
 
 def _within_budget(name, got, module64, inputs, same_dtype):
@@ -31,8 +33,7 @@ def _pair_modules(torch_module: nn.Module, x_module: nn.Module, x: torch.Tensor,
     x_module = x_module.to(dtype)
     xin = x.to(dtype)
     m64 = copy.deepcopy(torch_module).double()
-    x_t, x_x, x64 = (xin.clone().requires_grad_(), xin.clone().requires_grad_(),
-                     xin.double().requires_grad_())
+    x_t, x_x, x64 = (xin.clone().requires_grad_(), xin.clone().requires_grad_(), xin.double().requires_grad_())
     out_t = torch_module(x_t)
     out_x = x_module(x_x)
     _within_budget("output", out_x, m64, [xin], out_t)
@@ -42,8 +43,9 @@ def _pair_modules(torch_module: nn.Module, x_module: nn.Module, x: torch.Tensor,
     m64(x64).backward(g)
     err = tensor_error("grad_input", x_x.grad, x64.grad, dtype, x_t.grad)
     assert err.passed, err
-    for (n, p_t), (_, p_x), (_, p64) in zip(torch_module.named_parameters(), x_module.named_parameters(),
-                                            m64.named_parameters()):
+    for (n, p_t), (_, p_x), (_, p64) in zip(
+        torch_module.named_parameters(), x_module.named_parameters(), m64.named_parameters()
+    ):
         err = tensor_error(f"grad_{n}", p_x.grad, p64.grad, dtype, p_t.grad)
         assert err.passed, err
 
@@ -150,8 +152,11 @@ def test_conv2d_unbatched_and_channels_last():
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("kw", [dict(), dict(elementwise_affine=False), dict(bias=False), dict(eps=1e-3)],
-                         ids=["affine", "no-affine", "no-bias", "eps"])
+@pytest.mark.parametrize(
+    "kw",
+    [dict(), dict(elementwise_affine=False), dict(bias=False), dict(eps=1e-3)],
+    ids=["affine", "no-affine", "no-bias", "eps"],
+)
 def test_layer_norm_module_matches_torch(dtype, kw):
     torch.manual_seed(0)
     ref = nn.LayerNorm([3, 10], **kw)
@@ -297,8 +302,15 @@ def test_optimized_model_trains_like_the_original():
 def test_optimized_model_under_torch_compile(backend):
     torch._dynamo.reset()
     torch.manual_seed(0)
-    model = nn.Sequential(nn.Conv2d(3, 4, 3, padding=1), nn.ReLU(), nn.Flatten(), nn.LayerNorm(4 * 5 * 5),
-                          nn.Linear(100, 16), nn.ReLU(), nn.Linear(16, 3))
+    model = nn.Sequential(
+        nn.Conv2d(3, 4, 3, padding=1),
+        nn.ReLU(),
+        nn.Flatten(),
+        nn.LayerNorm(4 * 5 * 5),
+        nn.Linear(100, 16),
+        nn.ReLU(),
+        nn.Linear(16, 3),
+    )
     opt = xkernels.optimize(model)
     x = torch.randn(2, 3, 5, 5)
     eager = opt(x)
@@ -320,8 +332,7 @@ def _packed_cache(m):
 
 @pytest.fixture
 def sycl_backend():
-    if not xkernels.backends()["sycl"].available:
-        pytest.skip("the packed path runs on the SYCL backend only")
+    _backends.get("sycl")  # the packed path runs on the SYCL backend only
     with xkernels.use_backend("sycl"):
         yield
 
@@ -348,27 +359,27 @@ def test_fused_linear_relu_packed_cache_used_and_invalidated(sycl_backend):
         m.weight.add_(1)
         y = m(x)
     assert _packed_cache(m)[2] is not first[2]
-    torch.testing.assert_close(y.double(), _expected(m, x), rtol=1e-5, atol=1e-4)
+    assert_close(y, _expected(m, x), torch.float32, "packed module output")
     # A new Parameter object.
     second = _packed_cache(m)
     m.weight = torch.nn.Parameter(torch.randn(130, 40))
     with torch.no_grad():
         y = m(x)
     assert _packed_cache(m)[2] is not second[2]
-    torch.testing.assert_close(y.double(), _expected(m, x), rtol=1e-5, atol=1e-4)
+    assert_close(y, _expected(m, x), torch.float32, "packed module output")
     # load_state_dict copies in place.
     third = _packed_cache(m)
     m.load_state_dict({"weight": torch.randn(130, 40), "bias": torch.randn(130)})
     with torch.no_grad():
         y = m(x)
     assert _packed_cache(m)[2] is not third[2]
-    torch.testing.assert_close(y.double(), _expected(m, x), rtol=1e-5, atol=1e-4)
+    assert_close(y, _expected(m, x), torch.float32, "packed module output")
     # .to(dtype): the packed copy follows the new dtype.
     m.to(torch.float64)
     with torch.no_grad():
         y = m(x.double())
     assert y.dtype == torch.float64 and _packed_cache(m)[2].dtype == torch.float64
-    torch.testing.assert_close(y, _expected(m, x), rtol=1e-10, atol=1e-10)
+    assert_close(y, _expected(m, x), torch.float64, "packed module output")
     assert set(m.state_dict()) == {"weight", "bias"}
 
 
@@ -410,7 +421,7 @@ def test_fused_linear_relu_packing_is_opt_in_and_data_writes_need_invalidation(s
         m(x)
         assert _packed_cache(m) is None
         m.weight.data.mul_(2)
-        torch.testing.assert_close(m(x).double(), _expected(m, x), rtol=1e-5, atol=1e-4)
+        assert_close(m(x), _expected(m, x), torch.float32, "module output")
     # Opted in: the stale case the docstring describes, and the documented remedy.
     m.pack_weight = True
     assert "pack_weight=True" in repr(m)
@@ -419,12 +430,13 @@ def test_fused_linear_relu_packing_is_opt_in_and_data_writes_need_invalidation(s
         m.weight.data.mul_(2)
         m.invalidate_packed_weight()
         assert _packed_cache(m) is None
-        torch.testing.assert_close(m(x).double(), _expected(m, x), rtol=1e-5, atol=1e-4)
+        assert_close(m(x), _expected(m, x), torch.float32, "module output")
 
 
 def test_optimize_pack_weights_flag():
     model = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.ReLU(), torch.nn.Linear(8, 4), torch.nn.ReLU())
     assert not any(getattr(m, "pack_weight", False) for m in xkernels.optimize(model).modules())
-    packed = [m for m in xkernels.optimize(model, pack_weights=True).modules()
-              if isinstance(m, xkernels.nn.FusedLinearReLU)]
+    packed = [
+        m for m in xkernels.optimize(model, pack_weights=True).modules() if isinstance(m, xkernels.nn.FusedLinearReLU)
+    ]
     assert len(packed) == 2 and all(m.pack_weight for m in packed)

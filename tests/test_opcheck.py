@@ -1,5 +1,6 @@
 """torch.library.opcheck (schema, autograd registration, fake tensor, AOT dispatch) for every op,
 and the fake implementations' output metadata against the real kernels'."""
+
 from __future__ import annotations
 
 import pytest
@@ -28,23 +29,65 @@ def sample_calls():
     for grad in (False, True):
         g = "grad" if grad else "nograd"
         calls += [
-            (f"fused_linear_relu-{g}", ops.fused_linear_relu.default, (r(5, 7, grad=grad), r(3, 7, grad=grad), r(3, grad=grad))),
-            (f"fused_linear_relu-3d-nobias-{g}", ops.fused_linear_relu.default, (r(2, 3, 4, grad=grad), r(5, 4, grad=grad), None)),
-            (f"conv2d-{g}", ops.conv2d.default,
-             (r(2, 3, 6, 5, grad=grad), r(4, 3, 3, 2, grad=grad), r(4, grad=grad), [1, 2], [1, 0], [1, 1], 1)),
-            (f"conv2d-cl-input-{g}", ops.conv2d.default,
-             (r(2, 4, 6, 5, grad=grad, cl=True), r(6, 2, 3, 3, grad=grad), None, [1, 1], [1, 1], [2, 1], 2)),
-            (f"conv2d-cl-weight-{g}", ops.conv2d.default,
-             (r(2, 3, 6, 5, grad=grad), r(4, 3, 2, 2, grad=grad, cl=True), r(4, grad=grad), [2, 1], [0, 1], [1, 1], 1)),
-            (f"conv2d-unbatched-{g}", ops.conv2d.default,
-             (r(3, 6, 5, grad=grad), r(4, 3, 3, 3, grad=grad), r(4, grad=grad), [1, 1], [1, 1], [1, 1], 1)),
-            (f"conv2d.padding-same-{g}", ops.conv2d.padding,
-             (r(2, 3, 6, 5, grad=grad), r(4, 3, 4, 3, grad=grad), r(4, grad=grad), [1, 1], "same", [1, 2], 1)),
-            (f"conv2d.padding-valid-cl-{g}", ops.conv2d.padding,
-             (r(2, 3, 6, 5, grad=grad, cl=True), r(4, 3, 3, 3, grad=grad), None, [2, 1], "valid", [1, 1], 1)),
-            (f"layer_norm-{g}", ops.layer_norm.default, (r(4, 3, 5, grad=grad), [3, 5], r(3, 5, grad=grad), r(3, 5, grad=grad), 1e-5)),
+            (
+                f"fused_linear_relu-{g}",
+                ops.fused_linear_relu.default,
+                (r(5, 7, grad=grad), r(3, 7, grad=grad), r(3, grad=grad)),
+            ),
+            (
+                f"fused_linear_relu-3d-nobias-{g}",
+                ops.fused_linear_relu.default,
+                (r(2, 3, 4, grad=grad), r(5, 4, grad=grad), None),
+            ),
+            (
+                f"conv2d-{g}",
+                ops.conv2d.default,
+                (r(2, 3, 6, 5, grad=grad), r(4, 3, 3, 2, grad=grad), r(4, grad=grad), [1, 2], [1, 0], [1, 1], 1),
+            ),
+            (
+                f"conv2d-cl-input-{g}",
+                ops.conv2d.default,
+                (r(2, 4, 6, 5, grad=grad, cl=True), r(6, 2, 3, 3, grad=grad), None, [1, 1], [1, 1], [2, 1], 2),
+            ),
+            (
+                f"conv2d-cl-weight-{g}",
+                ops.conv2d.default,
+                (
+                    r(2, 3, 6, 5, grad=grad),
+                    r(4, 3, 2, 2, grad=grad, cl=True),
+                    r(4, grad=grad),
+                    [2, 1],
+                    [0, 1],
+                    [1, 1],
+                    1,
+                ),
+            ),
+            (
+                f"conv2d-unbatched-{g}",
+                ops.conv2d.default,
+                (r(3, 6, 5, grad=grad), r(4, 3, 3, 3, grad=grad), r(4, grad=grad), [1, 1], [1, 1], [1, 1], 1),
+            ),
+            (
+                f"conv2d.padding-same-{g}",
+                ops.conv2d.padding,
+                (r(2, 3, 6, 5, grad=grad), r(4, 3, 4, 3, grad=grad), r(4, grad=grad), [1, 1], "same", [1, 2], 1),
+            ),
+            (
+                f"conv2d.padding-valid-cl-{g}",
+                ops.conv2d.padding,
+                (r(2, 3, 6, 5, grad=grad, cl=True), r(4, 3, 3, 3, grad=grad), None, [2, 1], "valid", [1, 1], 1),
+            ),
+            (
+                f"layer_norm-{g}",
+                ops.layer_norm.default,
+                (r(4, 3, 5, grad=grad), [3, 5], r(3, 5, grad=grad), r(3, 5, grad=grad), 1e-5),
+            ),
             (f"layer_norm-noaffine-{g}", ops.layer_norm.default, (r(6, 7, grad=grad), [7], None, None, 1e-5)),
-            (f"layer_norm_forward-{g}", ops.layer_norm_forward.default, (r(4, 9, grad=grad), [9], r(9, grad=grad), None, 1e-3)),
+            (
+                f"layer_norm_forward-{g}",
+                ops.layer_norm_forward.default,
+                (r(4, 9, grad=grad), [9], r(9, grad=grad), None, 1e-3),
+            ),
         ]
     # layer_norm.out: inference only (inputs requiring grad raise; test_layer_norm.py checks that).
     calls += [
@@ -56,38 +99,61 @@ def sample_calls():
     wp = r(70, 7)
     calls += [
         ("pack_linear_weight", ops.pack_linear_weight.default, (wp,)),
-        ("fused_linear_relu_packed", ops.fused_linear_relu_packed.default,
-         (r(5, 7), ops.pack_linear_weight(wp), r(70), 70)),
-        ("fused_linear_relu_packed-3d-nobias", ops.fused_linear_relu_packed.default,
-         (r(2, 3, 7), ops.pack_linear_weight(wp), None, 70)),
+        (
+            "fused_linear_relu_packed",
+            ops.fused_linear_relu_packed.default,
+            (r(5, 7), ops.pack_linear_weight(wp), r(70), 70),
+        ),
+        (
+            "fused_linear_relu_packed-3d-nobias",
+            ops.fused_linear_relu_packed.default,
+            (r(2, 3, 7), ops.pack_linear_weight(wp), None, 70),
+        ),
     ]
     # Backward ops (not differentiable themselves), every output_mask shape that autograd produces.
     x, w, b = r(5, 7), r(3, 7), r(3)
     y = _linear_out(x, w, b)
     for mask in ([True, True, True], [True, False, False], [False, True, True]):
-        calls.append((f"fused_linear_relu_backward-{mask}", ops.fused_linear_relu_backward.default,
-                      (r(5, 3), x, w, y, mask)))
+        calls.append(
+            (f"fused_linear_relu_backward-{mask}", ops.fused_linear_relu_backward.default, (r(5, 3), x, w, y, mask))
+        )
     for cl in (False, True):
         xi, wi = r(2, 4, 7, 6, cl=cl), r(6, 2, 3, 2)
         for mask in ([True, True, True], [False, True, False]):
-            calls.append((f"conv2d_backward-cl{cl}-{mask}", ops.conv2d_backward.default,
-                          (r(2, 6, 4, 6), xi, wi, [2, 1], [1, 1], [1, 2], 2, mask)))
-    calls.append(("conv2d_backward-unbatched", ops.conv2d_backward.default,
-                  (r(4, 6, 5), r(3, 6, 5), r(4, 3, 3, 3), [1, 1], [1, 1], [1, 1], 1, [True, True, True])))
+            calls.append(
+                (
+                    f"conv2d_backward-cl{cl}-{mask}",
+                    ops.conv2d_backward.default,
+                    (r(2, 6, 4, 6), xi, wi, [2, 1], [1, 1], [1, 2], 2, mask),
+                )
+            )
+    calls.append(
+        (
+            "conv2d_backward-unbatched",
+            ops.conv2d_backward.default,
+            (r(4, 6, 5), r(3, 6, 5), r(4, 3, 3, 3), [1, 1], [1, 1], [1, 1], 1, [True, True, True]),
+        )
+    )
     xl = r(4, 3, 5)
     _, mean, rstd = ops.layer_norm_forward(xl, [3, 5], None, None, 1e-5)
     for affine, mask in ((True, [True, True, True]), (True, [False, True, False]), (False, [True, False, False])):
         wl, bl = (r(3, 5), r(3, 5)) if affine else (None, None)
-        calls.append((f"layer_norm_backward-affine{affine}-{mask}", ops.layer_norm_backward.default,
-                      (r(4, 3, 5), xl, [3, 5], mean, rstd, wl, bl, mask)))
+        calls.append(
+            (
+                f"layer_norm_backward-affine{affine}-{mask}",
+                ops.layer_norm_backward.default,
+                (r(4, 3, 5), xl, [3, 5], mean, rstd, wl, bl, mask),
+            )
+        )
     return calls
 
 
 CALLS = sample_calls()
 
 
-@pytest.mark.parametrize("op,args,kwargs", [(c[1], c[2], c[3] if len(c) > 3 else {}) for c in CALLS],
-                         ids=[c[0] for c in CALLS])
+@pytest.mark.parametrize(
+    "op,args,kwargs", [(c[1], c[2], c[3] if len(c) > 3 else {}) for c in CALLS], ids=[c[0] for c in CALLS]
+)
 def test_opcheck(backend, op, args, kwargs):
     opcheck(op, args, kwargs)
 

@@ -1,5 +1,6 @@
 """The parity harness: error measures, the budget, op-level reports, and model-level reports
 that must point at the module where a deliberately perturbed backend diverges."""
+
 from __future__ import annotations
 
 import contextlib
@@ -15,8 +16,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 import xkernels
 import xkernels.nn as xnn
 from xkernels import parity, reference
-
-DTYPES = [torch.float32, torch.float64, torch.float16, torch.bfloat16]
+from xkernels.tolerances import DTYPES
 
 
 def rnd(*shape, dtype=torch.float32, seed=0):
@@ -53,10 +53,12 @@ class Perturb(TorchDispatchMode):
 
 def perturbed(name: str, **kw):
     """A backend spec for the harness: the reference backend with a Perturb mode on top."""
+
     @contextlib.contextmanager
     def ctx():
         with xkernels.use_backend("reference"), Perturb(**kw):
             yield
+
     return (name, ctx)
 
 
@@ -69,8 +71,12 @@ def test_budget_table_covers_every_floating_dtype():
         assert b.rtol_torch >= 1 and 0 < b.atol_rel < 0.05
         assert parity.budget_for(dt) is b
     # Lower precision never gets a tighter floor than higher precision.
-    assert parity.BUDGETS[torch.float64].atol_rel < parity.BUDGETS[torch.float32].atol_rel \
-        < parity.BUDGETS[torch.float16].atol_rel < parity.BUDGETS[torch.bfloat16].atol_rel
+    assert (
+        parity.BUDGETS[torch.float64].atol_rel
+        < parity.BUDGETS[torch.float32].atol_rel
+        < parity.BUDGETS[torch.float16].atol_rel
+        < parity.BUDGETS[torch.bfloat16].atol_rel
+    )
     with pytest.raises(ValueError, match="no error budget for dtype torch.int32"):
         parity.budget_for(torch.int32)
 
@@ -111,8 +117,9 @@ def test_tensor_error_nan_inf_shape_and_dtype():
     assert math.isinf(e.max_abs) and not e.passed
     e = parity.tensor_error("t", torch.zeros(2), torch.zeros(3, dtype=torch.float64), torch.float32)
     assert not e.passed and "shape" in e.note
-    e = parity.tensor_error("t", torch.zeros(3, dtype=torch.float64), torch.zeros(3, dtype=torch.float64),
-                            torch.float32)
+    e = parity.tensor_error(
+        "t", torch.zeros(3, dtype=torch.float64), torch.zeros(3, dtype=torch.float64), torch.float32
+    )
     assert not e.passed and "dtype" in e.note
     assert json.loads(json.dumps(parity.tensor_error("t", bad, r, torch.float32).as_dict()))["max_abs"] == "inf"
 
@@ -124,8 +131,10 @@ def _op_args(op, dtype):
     if op == "fused_linear_relu":
         return (rnd(5, 19, dtype=dtype), rnd(7, 19, dtype=dtype, seed=1), rnd(7, dtype=dtype, seed=2)), {}
     if op == "conv2d":
-        return (rnd(2, 4, 6, 5, dtype=dtype), rnd(6, 2, 3, 3, dtype=dtype, seed=1), rnd(6, dtype=dtype, seed=2)), \
-            {"padding": (1, 0), "groups": 2}
+        return (rnd(2, 4, 6, 5, dtype=dtype), rnd(6, 2, 3, 3, dtype=dtype, seed=1), rnd(6, dtype=dtype, seed=2)), {
+            "padding": (1, 0),
+            "groups": 2,
+        }
     return (rnd(3, 2, 9, dtype=dtype), [2, 9], rnd(2, 9, dtype=dtype, seed=1), rnd(2, 9, dtype=dtype, seed=2)), {}
 
 
@@ -156,8 +165,7 @@ def test_check_op_torch_pseudo_backend_is_the_baseline():
 
 def test_check_op_catches_a_wrong_gradient_in_the_right_tensor():
     args, kw = _op_args("conv2d", torch.float32)
-    rep = parity.check_op("conv2d", *args, backends=[perturbed("bad-grad-weight", op="conv2d_backward", index=1)],
-                          **kw)
+    rep = parity.check_op("conv2d", *args, backends=[perturbed("bad-grad-weight", op="conv2d_backward", index=1)], **kw)
     res = {e.name: e.passed for e in rep.results[0].tensors}
     assert res == {"output": True, "grad_input": True, "grad_weight": False, "grad_bias": True}
     assert not rep.passed
@@ -165,19 +173,25 @@ def test_check_op_catches_a_wrong_gradient_in_the_right_tensor():
 
 def test_check_op_small_forward_error_outside_the_float32_budget():
     args, kw = _op_args("layer_norm", torch.float32)
-    rep = parity.check_op("layer_norm", *args, grads=False,
-                          backends=[perturbed("tiny", op="layer_norm_forward", index=0, rel=1e-4)])
+    rep = parity.check_op(
+        "layer_norm", *args, grads=False, backends=[perturbed("tiny", op="layer_norm_forward", index=0, rel=1e-4)]
+    )
     assert [e.name for e in rep.results[0].tensors] == ["output"]
     assert not rep.passed  # 1e-4 relative is far above float32 rounding ...
-    rep16 = parity.check_op("layer_norm", *_op_args("layer_norm", torch.float16)[0], grads=False,
-                            backends=[perturbed("tiny", op="layer_norm_forward", index=0, rel=1e-4)])
+    rep16 = parity.check_op(
+        "layer_norm",
+        *_op_args("layer_norm", torch.float16)[0],
+        grads=False,
+        backends=[perturbed("tiny", op="layer_norm_forward", index=0, rel=1e-4)],
+    )
     assert rep16.passed  # ... and below float16's
 
 
 def test_check_op_relu_backward_uses_the_backends_own_mask():
     args, _ = _op_args("fused_linear_relu", torch.float32)
-    rep = parity.check_op("fused_linear_relu", *args,
-                          backends=[perturbed("flip", op="fused_linear_relu", zero_positive=True)])
+    rep = parity.check_op(
+        "fused_linear_relu", *args, backends=[perturbed("flip", op="fused_linear_relu", zero_positive=True)]
+    )
     out, *grads = rep.results[0].tensors
     assert not out.passed  # the forward is wrong at one element ...
     assert all(g.passed for g in grads), grads  # ... and the backward is right for that output
@@ -211,6 +225,7 @@ def test_check_op_reports_a_backend_that_raises():
                 if func.namespace == "xkernels":
                     raise RuntimeError("xkernels.layer_norm: simulated device failure")
                 return func(*args, **(kwargs or {}))
+
         with Raise():
             yield
 
@@ -236,13 +251,18 @@ def test_torch_ops_replaces_every_xkernels_op():
         y = xkernels.fused_linear_relu(x, w, b)
         z = xkernels.layer_norm(y, 3)
         z.sum().backward()
-    assert calls == {"fused_linear_relu": 1, "layer_norm_forward": 1, "layer_norm_backward": 1,
-                     "fused_linear_relu_backward": 1}
+    assert calls == {
+        "fused_linear_relu": 1,
+        "layer_norm_forward": 1,
+        "layer_norm_backward": 1,
+        "fused_linear_relu_backward": 1,
+    }
     torch.testing.assert_close(z, F.layer_norm(F.relu(F.linear(x, w, b)), [3]))
 
 
 def _render(table) -> str:
     from rich.console import Console
+
     c = Console(width=200, record=True, file=open("/dev/null", "w"))  # noqa: SIM115
     c.print(table)
     return c.export_text()
@@ -281,12 +301,19 @@ def test_check_model_passes_and_reports_every_module():
     fwd = [e.module for e in ref.entries if e.kind == "output"]
     assert fwd == ["conv1", "conv2", "norm", "head.0", "head.1", "head.2", "head", ""]  # execution order
     assert {(e.module, e.tensor) for e in ref.entries if e.kind == "param_grad"} == {
-        (m, p) for m in ("conv1", "conv2", "norm", "head.1", "head.2") for p in ("weight", "bias")}
+        (m, p) for m in ("conv1", "conv2", "norm", "head.1", "head.2") for p in ("weight", "bias")
+    }
     bwd = [e.module for e in ref.entries if e.kind == "grad_output"]
     assert bwd.index("head.2") < bwd.index("norm") < bwd.index("conv1")  # backward order
     assert {e["backend"] for e in ref.dispatch} == {"reference"}
-    assert {e["op"] for e in ref.dispatch} == {"conv2d", "conv2d_backward", "layer_norm", "layer_norm_backward",
-                                              "fused_linear_relu", "fused_linear_relu_backward"}
+    assert {e["op"] for e in ref.dispatch} == {
+        "conv2d",
+        "conv2d_backward",
+        "layer_norm",
+        "layer_norm_backward",
+        "fused_linear_relu",
+        "fused_linear_relu_backward",
+    }
     assert torch_row.dispatch == []  # the torch row ran no xkernels kernel
     assert json.loads(rep.to_json())["results"][1]["first_forward_divergence"] is None
 

@@ -3,6 +3,7 @@
 (csrc/include/xkernels/cuda_key_policy.h): pure C++ units, compiled here with the host compiler
 into a small driver (tests/cpp/policy_cli.cpp) and run. No SYCL runtime, device or torch needed.
 """
+
 from __future__ import annotations
 
 import itertools
@@ -24,9 +25,20 @@ def cli(tmp_path_factory) -> Path:
     if cxx is None:
         pytest.skip("no C++ compiler on PATH")
     out = tmp_path_factory.mktemp("policy") / "policy_cli"
-    cmd = [cxx, "-std=c++17", "-O0", "-Wall", "-Wextra", "-Werror", f"-I{REPO / 'csrc' / 'sycl'}",
-           f"-I{REPO / 'csrc' / 'include'}", str(REPO / "csrc" / "sycl" / "provider_choice.cpp"),
-           str(REPO / "tests" / "cpp" / "policy_cli.cpp"), "-o", str(out)]
+    cmd = [
+        cxx,
+        "-std=c++17",
+        "-O0",
+        "-Wall",
+        "-Wextra",
+        "-Werror",
+        f"-I{REPO / 'csrc' / 'sycl'}",
+        f"-I{REPO / 'csrc' / 'include'}",
+        str(REPO / "csrc" / "sycl" / "provider_choice.cpp"),
+        str(REPO / "tests" / "cpp" / "policy_cli.cpp"),
+        "-o",
+        str(out),
+    ]
     p = subprocess.run(cmd, capture_output=True, text=True)
     assert p.returncode == 0, f"compiling the policy driver failed:\n{p.stdout}{p.stderr}"
     return out
@@ -61,11 +73,14 @@ def provider(cli: Path, targets: str, backend: str, *, gpu=False, cpu=False, arc
 CUDA_AOT = "spir64 nvptx64-nvidia-cuda:sm_75"
 
 
-@pytest.mark.parametrize("cc,source,image,env", [
-    ("9.0", "aot-portable", "nvptx64-nvidia-cuda:sm_75", []),   # PTX sm_75, JIT-finalised by the driver
-    ("7.5", "aot-native", "nvptx64-nvidia-cuda:sm_75", []),     # exactly the image's architecture
-    ("7.0", "run-time-compile", "", [f"{RTC_VAR}=sm_70"]),       # image too new for the GPU
-])
+@pytest.mark.parametrize(
+    "cc,source,image,env",
+    [
+        ("9.0", "aot-portable", "nvptx64-nvidia-cuda:sm_75", []),  # PTX sm_75, JIT-finalised by the driver
+        ("7.5", "aot-native", "nvptx64-nvidia-cuda:sm_75", []),  # exactly the image's architecture
+        ("7.0", "run-time-compile", "", [f"{RTC_VAR}=sm_70"]),  # image too new for the GPU
+    ],
+)
 def test_cuda_device_against_ptx_image(cli, cc, source, image, env):
     out = provider(cli, CUDA_AOT, "ext_oneapi_cuda", gpu=True, cc=cc)
     assert out["backend"] == ["cuda"]
@@ -94,7 +109,9 @@ def test_build_without_aot_library_compiles_at_run_time(cli):
     assert out["reason"][0].startswith("this build has no ahead-of-time kernels")
 
 
-@pytest.mark.parametrize("cc,source,env", [("9.0", "aot-native", []), ("8.0", "run-time-compile", [f"{RTC_VAR}=sm_80"])])
+@pytest.mark.parametrize(
+    "cc,source,env", [("9.0", "aot-native", []), ("8.0", "run-time-compile", [f"{RTC_VAR}=sm_80"])]
+)
 def test_architecture_specific_nvidia_target_needs_exact_match(cli, cc, source, env):
     out = provider(cli, "spir64 nvidia_gpu_sm_90", "cuda", gpu=True, cc=cc)
     assert out["source"] == [source]
@@ -138,16 +155,19 @@ def test_run_time_environment_is_set_unless_the_user_set_it(cli, monkeypatch):
 # ---------------------------------------------------------------- provider: Intel GPUs and CPUs
 
 
-@pytest.mark.parametrize("backend,arch,targets,source,image", [
-    ("ext_oneapi_level_zero", "intel_gpu_pvc", "spir64 spir64_gen:pvc,bmg-g21", "aot-native", "spir64_gen:pvc"),
-    ("level_zero", "intel_gpu_bmg_g21", "spir64 spir64_gen:pvc,bmg-g21", "aot-native", "spir64_gen:bmg-g21"),
-    ("level_zero", "intel_gpu_acm_g10", "spir64_gen:dg2-g10", "aot-native", "spir64_gen:dg2-g10"),  # alias
-    ("level_zero", "intel_gpu_lnl_m", "spir64 spir64_gen:pvc", "aot-portable", "spir64"),
-    ("opencl", "intel_gpu_pvc", "spir64", "aot-portable", "spir64"),
-    ("level_zero", "intel_gpu_pvc", "spir64 intel_gpu_pvc", "aot-native", "intel_gpu_pvc"),
-    ("level_zero", "intel_gpu_pvc", "nvptx64-nvidia-cuda:sm_75", "run-time-compile", ""),
-    ("level_zero", "", "spir64_gen:pvc", "run-time-compile", ""),  # unknown architecture, no SPIR-V
-])
+@pytest.mark.parametrize(
+    "backend,arch,targets,source,image",
+    [
+        ("ext_oneapi_level_zero", "intel_gpu_pvc", "spir64 spir64_gen:pvc,bmg-g21", "aot-native", "spir64_gen:pvc"),
+        ("level_zero", "intel_gpu_bmg_g21", "spir64 spir64_gen:pvc,bmg-g21", "aot-native", "spir64_gen:bmg-g21"),
+        ("level_zero", "intel_gpu_acm_g10", "spir64_gen:dg2-g10", "aot-native", "spir64_gen:dg2-g10"),  # alias
+        ("level_zero", "intel_gpu_lnl_m", "spir64 spir64_gen:pvc", "aot-portable", "spir64"),
+        ("opencl", "intel_gpu_pvc", "spir64", "aot-portable", "spir64"),
+        ("level_zero", "intel_gpu_pvc", "spir64 intel_gpu_pvc", "aot-native", "intel_gpu_pvc"),
+        ("level_zero", "intel_gpu_pvc", "nvptx64-nvidia-cuda:sm_75", "run-time-compile", ""),
+        ("level_zero", "", "spir64_gen:pvc", "run-time-compile", ""),  # unknown architecture, no SPIR-V
+    ],
+)
 def test_intel_gpu(cli, backend, arch, targets, source, image):
     out = provider(cli, targets, backend, gpu=True, arch=arch)
     assert out["source"] == [source]
@@ -157,16 +177,20 @@ def test_intel_gpu(cli, backend, arch, targets, source, image):
 
 def test_intel_gpu_portable_reason_names_missing_native_image(cli):
     out = provider(cli, "spir64 spir64_gen:pvc", "level_zero", gpu=True, arch="intel_gpu_bmg_g21")
-    assert out["reason"] == ["ahead-of-time SPIR-V, finalised by the Level Zero driver at load "
-                             "(no native image for bmg-g21)"]
+    assert out["reason"] == [
+        "ahead-of-time SPIR-V, finalised by the Level Zero driver at load (no native image for bmg-g21)"
+    ]
 
 
-@pytest.mark.parametrize("targets,source,image", [
-    ("spir64", "aot-portable", "spir64"),
-    ("spir64 spir64_x86_64", "aot-native", "spir64_x86_64"),
-    ("spir64_gen:pvc", "run-time-compile", ""),
-    ("", "run-time-compile", ""),
-])
+@pytest.mark.parametrize(
+    "targets,source,image",
+    [
+        ("spir64", "aot-portable", "spir64"),
+        ("spir64 spir64_x86_64", "aot-native", "spir64_x86_64"),
+        ("spir64_gen:pvc", "run-time-compile", ""),
+        ("", "run-time-compile", ""),
+    ],
+)
 def test_opencl_cpu(cli, targets, source, image):
     out = provider(cli, targets, "opencl", cpu=True)
     assert out["source"] == [source]
@@ -182,13 +206,16 @@ def test_hip_and_other_backends_compile_at_run_time(cli):
     assert other["source"] == ["run-time-compile"]
 
 
-@pytest.mark.parametrize("spec,message", [
-    ("spir64_gen", "'spir64_gen' lists no devices"),
-    ("nvptx64-nvidia-cuda:sm_75,sm_80", "more than one architecture"),
-    ("spir64 spir64", "target 'spir64' appears twice"),
-    (":pvc", "has no target"),
-    ("spir64_gen:pvc,", "empty architecture"),
-])
+@pytest.mark.parametrize(
+    "spec,message",
+    [
+        ("spir64_gen", "'spir64_gen' lists no devices"),
+        ("nvptx64-nvidia-cuda:sm_75,sm_80", "more than one architecture"),
+        ("spir64 spir64", "target 'spir64' appears twice"),
+        (":pvc", "has no target"),
+        ("spir64_gen:pvc,", "empty architecture"),
+    ],
+)
 def test_bad_target_spec_is_rejected(cli, spec, message):
     code, out = run(cli, "provider", "--targets", spec, "--backend", "level_zero", "--gpu")
     assert code == 2
@@ -228,8 +255,10 @@ def expected_choice(requested: str, native: bool, sycl_built: bool, sees: bool) 
     return "error"
 
 
-@pytest.mark.parametrize("requested,native,sycl_built,sees",
-                         list(itertools.product(["auto", "cuda", "sycl", "reference"], [0, 1], [0, 1], [0, 1])))
+@pytest.mark.parametrize(
+    "requested,native,sycl_built,sees",
+    list(itertools.product(["auto", "cuda", "sycl", "reference"], [0, 1], [0, 1], [0, 1])),
+)
 def test_cuda_key_choice_table(cli, requested, native, sycl_built, sees):
     code, out = run(cli, "cuda-key", requested, str(native), str(sycl_built), str(sees))
     assert code == 0
@@ -239,22 +268,38 @@ def test_cuda_key_choice_table(cli, requested, native, sycl_built, sees):
         assert "cuda:1" in out["message"][0]
 
 
-@pytest.mark.parametrize("args,choice,fragments", [
-    (("auto", "1", "1", "1"), "cuda", [""]),
-    (("auto", "0", "1", "1"), "sycl", ["native CUDA backend is unavailable: nvcc was not found at build time",
-                                       "running the SYCL kernels"]),
-    (("auto", "0", "1", "0"), "error", ["no backend can run tensors on cuda:1", "nvcc was not found",
-                                        "SYCL runtime sees no CUDA device (no ext_oneapi_cuda platform)",
-                                        "libur_adapter_cuda.so"]),
-    (("auto", "0", "0", "0"), "error", ["built without the SYCL backend"]),
-    (("cuda", "0", "1", "1"), "error", ["backend 'cuda' was requested", "xkernels.use_backend(\"sycl\")"]),
-    (("sycl", "1", "1", "1"), "sycl", [""]),  # explicit SYCL wins over the native default
-    (("sycl", "1", "1", "0"), "error", ["backend 'sycl' was requested for tensors on cuda:1",
-                                        "oneAPI CUDA plugin"]),
-    (("sycl", "1", "0", "0"), "error", ["xkernels was built without the SYCL backend"]),
-    (("reference", "1", "1", "1"), "error", ["runs CPU tensors only"]),
-    (("bogus", "1", "1", "1"), "error", ["unknown backend 'bogus'"]),
-])
+@pytest.mark.parametrize(
+    "args,choice,fragments",
+    [
+        (("auto", "1", "1", "1"), "cuda", [""]),
+        (
+            ("auto", "0", "1", "1"),
+            "sycl",
+            ["native CUDA backend is unavailable: nvcc was not found at build time", "running the SYCL kernels"],
+        ),
+        (
+            ("auto", "0", "1", "0"),
+            "error",
+            [
+                "no backend can run tensors on cuda:1",
+                "nvcc was not found",
+                "SYCL runtime sees no CUDA device (no ext_oneapi_cuda platform)",
+                "libur_adapter_cuda.so",
+            ],
+        ),
+        (("auto", "0", "0", "0"), "error", ["built without the SYCL backend"]),
+        (("cuda", "0", "1", "1"), "error", ["backend 'cuda' was requested", 'xkernels.use_backend("sycl")']),
+        (("sycl", "1", "1", "1"), "sycl", [""]),  # explicit SYCL wins over the native default
+        (
+            ("sycl", "1", "1", "0"),
+            "error",
+            ["backend 'sycl' was requested for tensors on cuda:1", "oneAPI CUDA plugin"],
+        ),
+        (("sycl", "1", "0", "0"), "error", ["xkernels was built without the SYCL backend"]),
+        (("reference", "1", "1", "1"), "error", ["runs CPU tensors only"]),
+        (("bogus", "1", "1", "1"), "error", ["unknown backend 'bogus'"]),
+    ],
+)
 def test_cuda_key_messages(cli, args, choice, fragments):
     code, out = run(cli, "cuda-key", *args)
     assert code == 0
@@ -278,16 +323,34 @@ SYCL_PREFIX = Path(sys.prefix)
 
 @pytest.fixture(scope="module")
 def device_probe(tmp_path_factory) -> Path:
-    if not (SYCL_PREFIX / "include" / "sycl" / "sycl.hpp").exists() or not (SYCL_PREFIX / "lib" / "libsycl.so").exists():
+    if (
+        not (SYCL_PREFIX / "include" / "sycl" / "sycl.hpp").exists()
+        or not (SYCL_PREFIX / "lib" / "libsycl.so").exists()
+    ):
         pytest.skip("SYCL runtime (intel-sycl-rt) not installed")
     cxx = shutil.which("c++") or shutil.which("g++")
     if cxx is None:
         pytest.skip("no C++ compiler on PATH")
     out = tmp_path_factory.mktemp("probe") / "provider_device_probe"
-    cmd = [cxx, "-std=c++17", "-O0", "-Wall", "-Wextra", "-Werror", "-DSYCL_DISABLE_FSYCL_SYCLHPP_WARNING",
-           f"-I{REPO / 'csrc' / 'sycl'}", "-isystem", str(SYCL_PREFIX / "include"),
-           str(REPO / "csrc" / "sycl" / "provider_choice.cpp"), str(REPO / "tests" / "cpp" / "provider_device_probe.cpp"),
-           f"-L{SYCL_PREFIX / 'lib'}", "-lsycl", f"-Wl,-rpath,{SYCL_PREFIX / 'lib'}", "-o", str(out)]
+    cmd = [
+        cxx,
+        "-std=c++17",
+        "-O0",
+        "-Wall",
+        "-Wextra",
+        "-Werror",
+        "-DSYCL_DISABLE_FSYCL_SYCLHPP_WARNING",
+        f"-I{REPO / 'csrc' / 'sycl'}",
+        "-isystem",
+        str(SYCL_PREFIX / "include"),
+        str(REPO / "csrc" / "sycl" / "provider_choice.cpp"),
+        str(REPO / "tests" / "cpp" / "provider_device_probe.cpp"),
+        f"-L{SYCL_PREFIX / 'lib'}",
+        "-lsycl",
+        f"-Wl,-rpath,{SYCL_PREFIX / 'lib'}",
+        "-o",
+        str(out),
+    ]
     p = subprocess.run(cmd, capture_output=True, text=True)
     assert p.returncode == 0, p.stderr
     return out
@@ -314,18 +377,21 @@ def test_architecture_names_come_from_the_runtime(device_probe):
 
 
 @pytest.mark.skipif(not (SYCL_PREFIX / "lib" / "libintelocl.so").exists(), reason="intel-opencl-rt not installed")
-@pytest.mark.parametrize("spec,source,image", [
-    ("spir64", "aot-portable", "spir64"),
-    ("spir64 spir64_x86_64", "aot-native", "spir64_x86_64"),
-    ("nvptx64-nvidia-cuda:sm_75", "run-time-compile", ""),
-    ("", "run-time-compile", ""),
-])
+@pytest.mark.parametrize(
+    "spec,source,image",
+    [
+        ("spir64", "aot-portable", "spir64"),
+        ("spir64 spir64_x86_64", "aot-native", "spir64_x86_64"),
+        ("nvptx64-nvidia-cuda:sm_75", "run-time-compile", ""),
+        ("", "run-time-compile", ""),
+    ],
+)
 def test_choice_for_the_real_opencl_cpu_device(device_probe, spec, source, image):
     """describe_device() reads backend, kind and architecture from the runtime; the choice follows."""
     devices = [d.split("|") for d in probe(device_probe, spec).get("device", [])]
     cpus = [d for d in devices if d[0] == "opencl" and d[1] == "1"]
     assert cpus, f"no OpenCL CPU device among {devices}"
-    for backend, is_cpu, is_gpu, arch, got_source, got_image in cpus:
+    for _backend, _is_cpu, is_gpu, arch, got_source, got_image in cpus:
         assert is_gpu == "0"
         assert got_source == source and got_image == image, (arch, got_source, got_image)
 
@@ -358,15 +424,26 @@ def test_cuda_match_by_index_when_a_side_has_no_uuid(cli):
     assert out["index"] == ["1"] and out["by_uuid"] == ["0"]
 
 
-@pytest.mark.parametrize("index,uuid,devs,fragments", [
-    (0, U0, [], ["lists no CUDA device", "libur_adapter_cuda.so"]),
-    (2, "-", ["u:", "u:"], ["lists 2 CUDA device(s), none with index 2", "cuda:2"]),
-    (0, U2, [f"u:{U0}", f"u:{U1}"], ["none of the SYCL runtime's 2 CUDA device(s) has the UUID of cuda:0", U2,
-                                     "CUDA_VISIBLE_DEVICES"]),
-    (0, U1, [f"u:{U0}", f"x:{U1}"], ["CUDA device 1 (matched to cuda:0 by UUID) is unusable",
-                                     "querying the device failed"]),
-    (0, "-", ["x:", "u:"], ["CUDA device 0 (matched to cuda:0 by index) is unusable"]),
-])
+@pytest.mark.parametrize(
+    "index,uuid,devs,fragments",
+    [
+        (0, U0, [], ["lists no CUDA device", "libur_adapter_cuda.so"]),
+        (2, "-", ["u:", "u:"], ["lists 2 CUDA device(s), none with index 2", "cuda:2"]),
+        (
+            0,
+            U2,
+            [f"u:{U0}", f"u:{U1}"],
+            ["none of the SYCL runtime's 2 CUDA device(s) has the UUID of cuda:0", U2, "CUDA_VISIBLE_DEVICES"],
+        ),
+        (
+            0,
+            U1,
+            [f"u:{U0}", f"x:{U1}"],
+            ["CUDA device 1 (matched to cuda:0 by UUID) is unusable", "querying the device failed"],
+        ),
+        (0, "-", ["x:", "u:"], ["CUDA device 0 (matched to cuda:0 by index) is unusable"]),
+    ],
+)
 def test_cuda_match_errors_say_why(cli, index, uuid, devs, fragments):
     out = cuda_match(cli, index, uuid, *devs)
     assert out["index"] == ["-1"]

@@ -6,6 +6,7 @@ before the op; the dispatch record naming sycl; and that the native default is u
 Needs an NVIDIA GPU, xkernels built with the native CUDA and SYCL backends, and the SYCL runtime's CUDA adapter;
 every test is skipped, with the reason, otherwise (the case on every machine this project has run on).
 """
+
 from __future__ import annotations
 
 import pytest
@@ -50,14 +51,20 @@ def test_every_op_forward_backward(dtype, tol):
     for t in (x, w, b, img, k, ln_w, ln_b):
         t.requires_grad_(True)
     with xkernels.use_backend("sycl"), xkernels.dispatch_record() as rec:
-        outs = [xkernels.fused_linear_relu(x, w, b), xkernels.conv2d(img, k, None, stride=1, padding=1),
-                xkernels.layer_norm(x, (96,), ln_w, ln_b, 1e-5)]
+        outs = [
+            xkernels.fused_linear_relu(x, w, b),
+            xkernels.conv2d(img, k, None, stride=1, padding=1),
+            xkernels.layer_norm(x, (96,), ln_w, ln_b, 1e-5),
+        ]
         sum(o.sum() for o in outs).backward()
     assert {backend for (_op, backend, _dev) in rec.counts()} == {"sycl"}  # backward included
     grads = [t.grad.clone() for t in (x, w, b, img, k, ln_w, ln_b)]
     p = [t.detach().double().requires_grad_(True) for t in (x, w, b, img, k, ln_w, ln_b)]
-    refs = [torch.relu(F.linear(p[0], p[1], p[2])), F.conv2d(p[3], p[4], None, 1, 1),
-            F.layer_norm(p[0], (96,), p[5], p[6], 1e-5)]
+    refs = [
+        torch.relu(F.linear(p[0], p[1], p[2])),
+        F.conv2d(p[3], p[4], None, 1, 1),
+        F.layer_norm(p[0], (96,), p[5], p[6], 1e-5),
+    ]
     sum(r.sum() for r in refs).backward()
     for o, r in zip(outs, refs):
         _close(o.detach(), r.detach(), tol)

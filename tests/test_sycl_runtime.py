@@ -4,8 +4,10 @@ Devices, the kernel provider (compile errors, launch validation, floating-point 
 the persistent on-disk cache (second process, corrupted entries), warmup, thread safety,
 and layer_norm on the SYCL CPU device against float64 PyTorch and the reference backend.
 
-Without a SYCL CPU device these tests skip, unless XKERNELS_REQUIRE_SYCL=1: then they fail.
+Without a SYCL CPU device these tests skip, unless sycl is a required backend (XKERNELS_REQUIRE_BACKENDS,
+tests/_backends.py): then they fail.
 """
+
 from __future__ import annotations
 
 import json
@@ -21,8 +23,10 @@ import torch.nn.functional as F
 
 import xkernels
 from xkernels import _C
+from xkernels.tolerances import DTYPES, elementwise, max_error, within_budget
 
-REQUIRE = os.environ.get("XKERNELS_REQUIRE_SYCL", "") not in ("", "0")
+import _backends
+
 PYTHON_DIR = str(Path(xkernels.__file__).resolve().parent.parent)
 
 
@@ -37,8 +41,8 @@ def _sycl_cpu_reason() -> str:
 def sycl_cpu():
     why = _sycl_cpu_reason()
     if why:
-        if REQUIRE:
-            pytest.fail(f"XKERNELS_REQUIRE_SYCL=1 but the SYCL CPU device is unavailable: {why}")
+        if _backends.is_required("sycl"):
+            pytest.fail(f"backend 'sycl' is required but the SYCL CPU device is unavailable: {why}")
         pytest.skip(f"SYCL CPU device unavailable: {why}")
     return _C.sycl
 
@@ -49,8 +53,21 @@ def sycl_cpu():
 def test_devices_listed(sycl_cpu):
     devs = sycl_cpu.devices()
     assert devs, sycl_cpu.discovery_error()
-    keys = {"name", "vendor", "platform", "backend", "type", "driver", "fp16", "fp64", "compute_units",
-            "max_work_group_size", "local_mem", "sub_group_sizes", "usable"}
+    keys = {
+        "name",
+        "vendor",
+        "platform",
+        "backend",
+        "type",
+        "driver",
+        "fp16",
+        "fp64",
+        "compute_units",
+        "max_work_group_size",
+        "local_mem",
+        "sub_group_sizes",
+        "usable",
+    }
     for d in devs:
         assert keys <= set(d), d
         assert isinstance(d["usable"], bool)
@@ -121,8 +138,11 @@ def test_provider_says_per_device_where_kernels_come_from(sycl_cpu):
 def test_group_kernel_names_follow_the_device_traits(sycl_cpu):
     """What the '// xkernels-aot:' lists are derived from: names per dtype and sub-group sizes."""
     ln = sycl_cpu.group_kernel_names("layer_norm.hpp", False, False, [16])
-    assert ln == [f"xk::{k}<{t}>" for t in ("float", "sycl::ext::oneapi::bfloat16")
-                  for k in ("layer_norm_fwd", "layer_norm_bwd_dx", "layer_norm_bwd_wb_partial", "layer_norm_bwd_wb_final")]
+    assert ln == [
+        f"xk::{k}<{t}>"
+        for t in ("float", "sycl::ext::oneapi::bfloat16")
+        for k in ("layer_norm_fwd", "layer_norm_bwd_dx", "layer_norm_bwd_wb_partial", "layer_norm_bwd_wb_final")
+    ]
     assert "xk::layer_norm_fwd<double>" in sycl_cpu.group_kernel_names("layer_norm.hpp", False, True, [16])
     lin16 = sycl_cpu.group_kernel_names("fused_linear_relu.hpp", True, True, [8, 16, 32])
     lin32 = sycl_cpu.group_kernel_names("fused_linear_relu.hpp", True, True, [32])
@@ -172,8 +192,11 @@ def _run_fp_probe(sycl, n, fp_options=None):
     outs = [torch.empty(n) for _ in range(3)]
     sycl.run_test_kernel(_FP_PROBE, "fp_probe", [t.data_ptr() for t in (a, b, c, *outs)], n, n, 64, fp_options)
     # Correctly rounded single roundings, computed exactly in float64 (a*b is exact there).
-    exact = [((a.double() * b.double()).float().double() + c.double()).float(),
-             (a.double() / b.double()).float(), c.abs().double().sqrt().float()]
+    exact = [
+        ((a.double() * b.double()).float().double() + c.double()).float(),
+        (a.double() / b.double()).float(),
+        c.abs().double().sqrt().float(),
+    ]
     return [(o == e).double().mean().item() for o, e in zip(outs, exact)]
 
 
@@ -206,21 +229,16 @@ def test_launch_validation(sycl_cpu):
 
 # ------------------------------------------------------------------ layer_norm
 
-# Error budget per dtype: |sycl - float64| <= FACTOR * |torch_same_dtype - float64| + ATOL * scale,
-# scale = max(1, max |float64 result|). Rounding the output to the dtype dominates for
-# half/bfloat16; float32/float64 differ from torch by summation order only.
-_FACTOR = 2.0
-_ATOL = {torch.float64: 1e-12, torch.float32: 2e-6, torch.float16: 2e-3, torch.bfloat16: 1.6e-2}
-_DTYPES = [torch.float32, torch.float64, torch.float16, torch.bfloat16]
+# Error budget per dtype: the relative-to-torch policy of xkernels.tolerances (torch's own same-dtype
+# error sets the scale; rounding the output to the dtype dominates for float16/bfloat16).
 
 
 def _check_close(got, ours_dtype_torch, exact, dtype, what):
-    exact = exact.double()
-    scale = max(1.0, exact.abs().max().item()) if exact.numel() else 1.0
-    err = (got.double() - exact).abs().max().item() if exact.numel() else 0.0
-    torch_err = (ours_dtype_torch.double() - exact).abs().max().item() if exact.numel() else 0.0
-    bound = _FACTOR * torch_err + _ATOL[dtype] * scale
-    assert err <= bound, f"{what} ({dtype}): max error {err:.3e} > bound {bound:.3e} (torch's own {torch_err:.3e})"
+    ok, err, bound = within_budget(got, ours_dtype_torch, exact.double(), dtype)
+    assert ok, (
+        f"{what} ({dtype}): max error {err:.3e} > bound {bound:.3e} "
+        f"(torch's own {max_error(ours_dtype_torch, exact.double()):.3e})"
+    )
 
 
 def _ln_case(shape, nshape, affine, dtype, seed, noncontig=False):
@@ -228,14 +246,14 @@ def _ln_case(shape, nshape, affine, dtype, seed, noncontig=False):
     full = list(shape)
     if noncontig:
         full[-1] *= 2
-    x = (torch.randn(full, generator=g, dtype=torch.float64) * 3 + 0.5)
+    x = torch.randn(full, generator=g, dtype=torch.float64) * 3 + 0.5
     if noncontig:
         x = x[..., ::2]
     n = torch.Size(nshape)
     w = (torch.rand(n, generator=g, dtype=torch.float64) + 0.5) if affine else None
     b = torch.randn(n, generator=g, dtype=torch.float64) if affine else None
     dy = torch.randn(shape, generator=g, dtype=torch.float64)
-    cast = (lambda t: None if t is None else t.to(dtype))
+    cast = lambda t: None if t is None else t.to(dtype)
     return x.to(dtype), cast(w), cast(b), dy.to(dtype), (x, w, b, dy)
 
 
@@ -248,12 +266,19 @@ def _grads(fn, x, w, b, dy):
     return out.detach(), [next(it) if t is not None else None for t in leaves]
 
 
-@pytest.mark.parametrize("dtype", _DTYPES, ids=str)
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
 @pytest.mark.parametrize(
     "shape,nshape,affine,noncontig",
-    [((1, 1), (1,), True, False), ((7, 33), (33,), True, False), ((3, 5, 129), (129,), False, False),
-     ((4, 6, 10), (6, 10), True, True), ((130, 64), (64,), True, False), ((2, 1000), (1000,), True, True)],
-    ids=["1x1", "7x33", "3x5x129-noaffine", "4x6x10-2d-strided", "130x64", "2x1000-strided"])
+    [
+        ((1, 1), (1,), True, False),
+        ((7, 33), (33,), True, False),
+        ((3, 5, 129), (129,), False, False),
+        ((4, 6, 10), (6, 10), True, True),
+        ((130, 64), (64,), True, False),
+        ((2, 1000), (1000,), True, True),
+    ],
+    ids=["1x1", "7x33", "3x5x129-noaffine", "4x6x10-2d-strided", "130x64", "2x1000-strided"],
+)
 def test_layer_norm_matches_float64_and_reference(sycl_cpu, dtype, shape, nshape, affine, noncontig):
     if dtype == torch.float64 and not sycl_cpu.cpu_status("float64")[0]:
         pytest.skip("the SYCL CPU device has no fp64")
@@ -286,10 +311,9 @@ def test_layer_norm_matches_float64_and_reference(sycl_cpu, dtype, shape, nshape
     # Saved statistics, in the accumulation dtype.
     red = tuple(range(x.dim() - len(nshape), x.dim()))
     mean64 = x64.mean(red, keepdim=True)
-    rstd64 = (x64.var(red, unbiased=False, keepdim=True) + eps).rsqrt()
     stat_dtype = torch.float64 if dtype == torch.float64 else torch.float32
     assert mean.dtype == stat_dtype and rstd.dtype == stat_dtype
-    stat_tol = 1e-12 if dtype == torch.float64 else 1e-5
+    stat_tol, _ = elementwise(stat_dtype)
     x_rounded = x.double()  # statistics are of the dtype-rounded input
     mean_r = x_rounded.mean(red, keepdim=True)
     rstd_r = (x_rounded.var(red, unbiased=False, keepdim=True) + eps).rsqrt()
@@ -376,8 +400,11 @@ _RUN_LAYER_NORM = """
 
 
 def _cache_files(cache: Path) -> dict:
-    return {str(p.relative_to(cache)): p.stat().st_mtime_ns for p in cache.rglob("*")
-            if p.is_file() and not p.name.endswith("_access_time.txt")}
+    return {
+        str(p.relative_to(cache)): p.stat().st_mtime_ns
+        for p in cache.rglob("*")
+        if p.is_file() and not p.name.endswith("_access_time.txt")
+    }
 
 
 def test_second_process_hits_cache(sycl_cpu, tmp_path):
@@ -402,7 +429,7 @@ def test_corrupted_cache_entry_rebuilt(sycl_cpu, tmp_path):
             for k in range(len(data) // 4, len(data), 97):
                 data[k] ^= 0xFF
             p.write_bytes(bytes(data))
-        else:           # truncated: the runtime would recompile in every process, never rewriting it
+        else:  # truncated: the runtime would recompile in every process, never rewriting it
             p.write_bytes(b"")
     healed = _child(_RUN_LAYER_NORM, tmp_path)
     assert healed["err"] < 1e-5
@@ -414,13 +441,16 @@ def test_corrupted_cache_entry_rebuilt(sycl_cpu, tmp_path):
 
 
 def test_warmup_compiles_all_groups(sycl_cpu, tmp_path):
-    out = _child("""
+    out = _child(
+        """
         calls = []
         res = _C.sycl.warmup(lambda done, total, label: calls.append((done, total, label)))
         print(json.dumps({"res": res, "calls": calls, "groups": _C.sycl.kernel_groups(),
                           "usable": sum(d["usable"] for d in _C.sycl.devices()), "builds": _C.sycl.build_log(),
                           "py": xkernels.warmup()}))
-    """, tmp_path)
+    """,
+        tmp_path,
+    )
     # one build per (device, group, element type): "<device>: layer_norm.hpp [float]"
     expected = len(out["res"])
     assert expected >= out["usable"] * len(out["groups"]) * 2 >= 2  # float and bfloat16 at least
@@ -432,11 +462,12 @@ def test_warmup_compiles_all_groups(sycl_cpu, tmp_path):
     assert all(s >= 0 for _l, s in out["res"])
     assert [c[0] for c in out["calls"]] == list(range(expected + 1)) and out["calls"][-1][2] == "done"
     assert len(out["builds"]) == expected  # compiled once each
-    assert len(out["py"]) == expected      # a second warmup reuses them (and xkernels.warmup works)
+    assert len(out["py"]) == expected  # a second warmup reuses them (and xkernels.warmup works)
 
 
 def test_concurrent_first_use_compiles_once(sycl_cpu, tmp_path):
-    out = _child("""
+    out = _child(
+        """
         import threading
         x = torch.randn(33, 40)
         results, errors = [], []
@@ -452,6 +483,8 @@ def test_concurrent_first_use_compiles_once(sycl_cpu, tmp_path):
         ref = torch.nn.functional.layer_norm(x, [40])
         ok = len(results) == 6 and all((r - ref).abs().max().item() < 1e-5 for r in results)
         print(json.dumps({"ok": ok, "errors": errors, "builds": _C.sycl.build_log()}))
-    """, tmp_path)
+    """,
+        tmp_path,
+    )
     assert out["errors"] == [] and out["ok"]
     assert [label for label, _s in out["builds"]].count(out["builds"][0][0]) == 1, out["builds"]

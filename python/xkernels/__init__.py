@@ -7,16 +7,17 @@ numerical parity harness.
     with xkernels.use_backend("reference"): ...
     xkernels.backends()                              # what is built and available, and why not
 """
+
 from __future__ import annotations
 
 from . import _env
 
 _env.prepare()  # before the native library (and with it libsycl) loads
 
-import torch  # noqa: E402  (torch must be loaded before the extension)
+import torch  # noqa: F401  (torch must be loaded before the extension)
 
 try:
-    from . import _C  # noqa: E402  registers torch.ops.xkernels.*
+    from . import _C  # registers torch.ops.xkernels.*
 except ImportError as e:  # pragma: no cover - depends on the installation
     raise ImportError(
         f"xkernels: the native library failed to load ({e}). If it mentions libsycl, the SYCL runtime "
@@ -25,10 +26,11 @@ except ImportError as e:  # pragma: no cover - depends on the installation
         "pip install --no-build-isolation ."
     ) from e
 
+# The version lives once, in pyproject.toml: setup.py passes it to CMake, which compiles it into _C.
 __version__ = _C.__version__
 
-from .ops import conv2d, fused_linear_relu, fused_linear_relu_packed, layer_norm, pack_linear_weight  # noqa: E402
-from .backends import (  # noqa: E402
+from . import nn, parity, reference
+from .backends import (
     BackendUnavailableError,
     backends,
     best_device,
@@ -40,8 +42,8 @@ from .backends import (  # noqa: E402
     use_backend,
     warmup,
 )
-from . import nn, parity, reference  # noqa: E402
-from .nn import optimize  # noqa: E402
+from .nn import optimize
+from .ops import conv2d, fused_linear_relu, fused_linear_relu_packed, layer_norm, pack_linear_weight
 
 __all__ = [
     "fused_linear_relu",

@@ -11,6 +11,7 @@
 Exit status: 0 success, 1 a parity failure, 2 a usage error (bad arguments, a factory that
 cannot be loaded), 3 nothing could run (no backend available for the device).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -36,6 +37,7 @@ OP_NAMES = ("fused_linear_relu", "conv2d", "layer_norm")
 
 def _console():
     from .parity import make_console
+
     return make_console()
 
 
@@ -64,8 +66,15 @@ class _Progress:
         self.group_n = 0
         if _interactive(console):
             from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-            self.bar = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                                TimeElapsedColumn(), console=console, transient=True)
+
+            self.bar = Progress(
+                TextColumn("{task.description}"),
+                BarColumn(),
+                MofNCompleteColumn(),
+                TimeElapsedColumn(),
+                console=console,
+                transient=True,
+            )
             self.task = self.bar.add_task(what, total=total)
 
     def __enter__(self):
@@ -80,8 +89,10 @@ class _Progress:
 
     def _close_group(self):
         if self.group is not None and not self.bar:
-            self.console.print(f"  {self.group}: {self.group_n} done in {time.perf_counter() - self.group_t0:.1f} s "
-                               f"[{self.done}/{self.total}]")
+            self.console.print(
+                f"  {self.group}: {self.group_n} done in {time.perf_counter() - self.group_t0:.1f} s "
+                f"[{self.done}/{self.total}]"
+            )
         self.group = None
 
     def step(self, group: str, label: str):
@@ -112,8 +123,17 @@ def _environment() -> dict:
     env["platform"] = platform.platform()
     env["machine"] = platform.machine()
     env["best_device"] = str(xkernels.best_device())
-    env["env"] = {k: os.environ[k] for k in ("XKERNELS_BACKEND", "XKERNELS_CACHE_DIR", "XKERNELS_DISPATCH_RECORD",
-                                               "SYCL_CACHE_DIR", "OCL_ICD_FILENAMES") if k in os.environ}
+    env["env"] = {
+        k: os.environ[k]
+        for k in (
+            "XKERNELS_BACKEND",
+            "XKERNELS_CACHE_DIR",
+            "XKERNELS_DISPATCH_RECORD",
+            "SYCL_CACHE_DIR",
+            "OCL_ICD_FILENAMES",
+        )
+        if k in os.environ
+    }
     env["torch_cuda"] = torch.version.cuda
     env["torch_xpu"] = getattr(torch.version, "xpu", None)
     return env
@@ -143,8 +163,11 @@ def _print_environment(console, env: dict) -> None:
     head.add_row("build", " ".join(f"{k}={v}" for k, v in env["build_config"].items()))
     if "sycl" in env:
         s = env["sycl"]
-        head.add_row("SYCL runtime", f"{s.get('runtime', '?')}   kernel provider: {s.get('provider', '?')}   "
-                     f"{len(s.get('kernels', []))} kernels")
+        head.add_row(
+            "SYCL runtime",
+            f"{s.get('runtime', '?')}   kernel provider: {s.get('provider', '?')}   "
+            f"{len(s.get('kernels', []))} kernels",
+        )
     else:
         head.add_row("SYCL runtime", "not built into this installation")
     head.add_row("cache", f"{env['cache']['dir']} ({_human_bytes(env['cache']['bytes'])})")
@@ -155,9 +178,13 @@ def _print_environment(console, env: dict) -> None:
     for col in ("backend", "built", "available", "devices", "note"):
         t.add_column(col)
     for name, st in env["backends"].items():
-        t.add_row(name, "yes" if st["built"] else "no",
-                  "[green]yes[/]" if st["available"] else "[yellow]no[/]", _device_names(st["devices"]),
-                  st["reason"] or "-")
+        t.add_row(
+            name,
+            "yes" if st["built"] else "no",
+            "[green]yes[/]" if st["available"] else "[yellow]no[/]",
+            _device_names(st["devices"]),
+            st["reason"] or "-",
+        )
     console.print(t)
 
     providers = env.get("sycl", {}).get("provider_devices", [])
@@ -187,31 +214,72 @@ def standard_cases(quick: bool = False):
         return t.contiguous(memory_format=memory_format) if memory_format is not None else t
 
     cases = [
-        ("fused_linear_relu", "7x33 -> 20, bias",
-         lambda dt, dev, g: ((rnd((7, 33), dt, dev, g), rnd((20, 33), dt, dev, g), rnd((20,), dt, dev, g)), {})),
-        ("fused_linear_relu", "2x5x64 -> 48, no bias",
-         lambda dt, dev, g: ((rnd((2, 5, 64), dt, dev, g), rnd((48, 64), dt, dev, g), None), {})),
-        ("fused_linear_relu", "1-D 17 -> 9, bias",
-         lambda dt, dev, g: ((rnd((17,), dt, dev, g), rnd((9, 17), dt, dev, g), rnd((9,), dt, dev, g)), {})),
-        ("conv2d", "2x3x9x9 k3 p=1, bias",
-         lambda dt, dev, g: ((rnd((2, 3, 9, 9), dt, dev, g), rnd((8, 3, 3, 3), dt, dev, g), rnd((8,), dt, dev, g)),
-                             {"padding": 1})),
-        ("conv2d", "1x4x10x7 k3 g2 s2 d(1,2) p(2,1)",
-         lambda dt, dev, g: ((rnd((1, 4, 10, 7), dt, dev, g), rnd((6, 2, 3, 3), dt, dev, g), None),
-                             {"stride": 2, "padding": (2, 1), "dilation": (1, 2), "groups": 2})),
-        ("conv2d", "channels_last 2x8x6x6 k1, bias",
-         lambda dt, dev, g: ((rnd((2, 8, 6, 6), dt, dev, g, torch.channels_last),
-                              rnd((4, 8, 1, 1), dt, dev, g, torch.channels_last), rnd((4,), dt, dev, g)), {})),
-        ("conv2d", "unbatched 3x7x7 k4 p='same'",
-         lambda dt, dev, g: ((rnd((3, 7, 7), dt, dev, g), rnd((5, 3, 4, 4), dt, dev, g), rnd((5,), dt, dev, g)),
-                             {"padding": "same"})),
-        ("layer_norm", "6x40, affine",
-         lambda dt, dev, g: ((rnd((6, 40), dt, dev, g), 40, rnd((40,), dt, dev, g), rnd((40,), dt, dev, g)), {})),
-        ("layer_norm", "2x3x16 over [3,16], no affine",
-         lambda dt, dev, g: ((rnd((2, 3, 16), dt, dev, g), [3, 16], None, None), {})),
-        ("layer_norm", "3x200, weight only, eps 1e-3",
-         lambda dt, dev, g: ((rnd((3, 200), dt, dev, g) * 3 + 1, 200, rnd((200,), dt, dev, g), None),
-                             {"eps": 1e-3})),
+        (
+            "fused_linear_relu",
+            "7x33 -> 20, bias",
+            lambda dt, dev, g: ((rnd((7, 33), dt, dev, g), rnd((20, 33), dt, dev, g), rnd((20,), dt, dev, g)), {}),
+        ),
+        (
+            "fused_linear_relu",
+            "2x5x64 -> 48, no bias",
+            lambda dt, dev, g: ((rnd((2, 5, 64), dt, dev, g), rnd((48, 64), dt, dev, g), None), {}),
+        ),
+        (
+            "fused_linear_relu",
+            "1-D 17 -> 9, bias",
+            lambda dt, dev, g: ((rnd((17,), dt, dev, g), rnd((9, 17), dt, dev, g), rnd((9,), dt, dev, g)), {}),
+        ),
+        (
+            "conv2d",
+            "2x3x9x9 k3 p=1, bias",
+            lambda dt, dev, g: (
+                (rnd((2, 3, 9, 9), dt, dev, g), rnd((8, 3, 3, 3), dt, dev, g), rnd((8,), dt, dev, g)),
+                {"padding": 1},
+            ),
+        ),
+        (
+            "conv2d",
+            "1x4x10x7 k3 g2 s2 d(1,2) p(2,1)",
+            lambda dt, dev, g: (
+                (rnd((1, 4, 10, 7), dt, dev, g), rnd((6, 2, 3, 3), dt, dev, g), None),
+                {"stride": 2, "padding": (2, 1), "dilation": (1, 2), "groups": 2},
+            ),
+        ),
+        (
+            "conv2d",
+            "channels_last 2x8x6x6 k1, bias",
+            lambda dt, dev, g: (
+                (
+                    rnd((2, 8, 6, 6), dt, dev, g, torch.channels_last),
+                    rnd((4, 8, 1, 1), dt, dev, g, torch.channels_last),
+                    rnd((4,), dt, dev, g),
+                ),
+                {},
+            ),
+        ),
+        (
+            "conv2d",
+            "unbatched 3x7x7 k4 p='same'",
+            lambda dt, dev, g: (
+                (rnd((3, 7, 7), dt, dev, g), rnd((5, 3, 4, 4), dt, dev, g), rnd((5,), dt, dev, g)),
+                {"padding": "same"},
+            ),
+        ),
+        (
+            "layer_norm",
+            "6x40, affine",
+            lambda dt, dev, g: ((rnd((6, 40), dt, dev, g), 40, rnd((40,), dt, dev, g), rnd((40,), dt, dev, g)), {}),
+        ),
+        (
+            "layer_norm",
+            "2x3x16 over [3,16], no affine",
+            lambda dt, dev, g: ((rnd((2, 3, 16), dt, dev, g), [3, 16], None, None), {}),
+        ),
+        (
+            "layer_norm",
+            "3x200, weight only, eps 1e-3",
+            lambda dt, dev, g: ((rnd((3, 200), dt, dev, g) * 3 + 1, 200, rnd((200,), dt, dev, g), None), {"eps": 1e-3}),
+        ),
     ]
     if quick:
         seen, out = set(), []
@@ -235,19 +303,23 @@ def run_check(args) -> int:
     device = torch.device(args.device) if args.device else None
     if device is None:
         import xkernels
+
         device = xkernels.best_device()
     backends = args.backends.split(",") if args.backends else parity.backends_for_device(device)
     if not backends:
         console.print(f"[red]no xkernels backend is available for device {device}[/]")
         return EXIT_UNAVAILABLE
-    dtypes = [getattr(torch, d) for d in args.dtypes.split(",")] if args.dtypes else \
-        [getattr(torch, d) for d in DTYPE_NAMES]
+    dtypes = (
+        [getattr(torch, d) for d in args.dtypes.split(",")] if args.dtypes else [getattr(torch, d) for d in DTYPE_NAMES]
+    )
     ops = set(args.ops.split(",")) if args.ops else set(OP_NAMES)
     cases = [c for c in standard_cases(args.quick) if c[0] in ops]
 
-    console.print(f"\nchecking {len(cases)} cases x {len(dtypes)} dtypes on {device} with backends "
-                  f"{', '.join(backends)} (forward{'' if args.no_backward else ' and backward'}) "
-                  f"against the float64 oracle")
+    console.print(
+        f"\nchecking {len(cases)} cases x {len(dtypes)} dtypes on {device} with backends "
+        f"{', '.join(backends)} (forward{'' if args.no_backward else ' and backward'}) "
+        f"against the float64 oracle"
+    )
     t0 = time.perf_counter()
     reports = []
     with _Progress(console, len(cases) * len(dtypes), "check") as prog:
@@ -257,12 +329,25 @@ def run_check(args) -> int:
                 gen = torch.Generator().manual_seed(case_seed)
                 prog.step(op, f"{op} {label} {str(dtype)[6:]}")
                 a, kw = build(dtype, device, gen)
-                reports.append(parity.check_op(op, *a, backends=backends, grads=not args.no_backward,
-                                               seed=case_seed, budget_factor=args.budget_scale, case=label, **kw))
+                reports.append(
+                    parity.check_op(
+                        op,
+                        *a,
+                        backends=backends,
+                        grads=not args.no_backward,
+                        seed=case_seed,
+                        budget_factor=args.budget_scale,
+                        case=label,
+                        **kw,
+                    )
+                )
                 prog.advance()
     elapsed = time.perf_counter() - t0
-    console.print(parity.summary_table(reports, title=f"op parity on {device} vs float64 oracle "
-                                                      f"(budget scale {args.budget_scale:g})"))
+    console.print(
+        parity.summary_table(
+            reports, title=f"op parity on {device} vs float64 oracle (budget scale {args.budget_scale:g})"
+        )
+    )
     failed = [r for r in reports if not r.passed]
     for r in failed:
         r.print(console)
@@ -274,23 +359,40 @@ def run_check(args) -> int:
                 per = ran.setdefault(b.backend, {})
                 per[e["backend"]] = per.get(e["backend"], 0) + e["calls"]
     if ran:
-        console.print("dispatch record: " + "; ".join(
-            f"under {req}: " + ", ".join(f"{n} op calls ran on {b}" for b, n in sorted(per.items()))
-            for req, per in ran.items()))
-    fallbacks = sorted({f"{e['op']} -> {e['backend']}: {e['fallback_reason']}"
-                        for r in reports for b in r.results for e in b.dispatch if e["fallback_reason"]})
+        console.print(
+            "dispatch record: "
+            + "; ".join(
+                f"under {req}: " + ", ".join(f"{n} op calls ran on {b}" for b, n in sorted(per.items()))
+                for req, per in ran.items()
+            )
+        )
+    fallbacks = sorted(
+        {
+            f"{e['op']} -> {e['backend']}: {e['fallback_reason']}"
+            for r in reports
+            for b in r.results
+            for e in b.dispatch
+            if e["fallback_reason"]
+        }
+    )
     console.print("fallbacks: " + ("\n  " + "\n  ".join(fallbacks) if fallbacks else "none"))
     n_checks = sum(len(r.results) for r in reports)
     n_fail = sum(1 for r in reports for b in r.results if not b.passed)
     if args.json:
-        doc = {"environment": env, "passed": not failed, "seconds": elapsed,
-               "budgets": {str(k)[6:]: vars(v) for k, v in parity.BUDGETS.items()},
-               "budget_scale": args.budget_scale, "reports": [r.as_dict() for r in reports]}
+        doc = {
+            "environment": env,
+            "passed": not failed,
+            "seconds": elapsed,
+            "budgets": {str(k)[6:]: vars(v) for k, v in parity.BUDGETS.items()},
+            "budget_scale": args.budget_scale,
+            "reports": [r.as_dict() for r in reports],
+        }
         Path(args.json).write_text(json.dumps(doc, indent=1))
         console.print(f"report written to {args.json}")
     if failed:
-        console.print(f"[bold red]FAILED[/]: {n_fail} of {n_checks} backend checks outside the error budget "
-                      f"({elapsed:.1f} s)")
+        console.print(
+            f"[bold red]FAILED[/]: {n_fail} of {n_checks} backend checks outside the error budget ({elapsed:.1f} s)"
+        )
         return EXIT_FAIL
     console.print(f"[bold green]OK[/]: {n_checks} backend checks within the error budget ({elapsed:.1f} s)")
     return EXIT_OK
@@ -311,8 +413,10 @@ def run_info(args) -> int:
         for k in env["sycl"]["kernels"]:
             base = k.split("<", 1)[0].split("::")[-1]
             groups[base] = groups.get(base, 0) + 1
-        console.print(f"SYCL kernels ({len(env['sycl']['kernels'])} instantiations; --json lists them): " +
-                      ", ".join(f"{k} x{n}" for k, n in groups.items()))
+        console.print(
+            f"SYCL kernels ({len(env['sycl']['kernels'])} instantiations; --json lists them): "
+            + ", ".join(f"{k} x{n}" for k, n in groups.items())
+        )
     return EXIT_OK
 
 
@@ -371,11 +475,19 @@ def run_parity(args) -> int:
     if args.optimize:
         replaced = []
         model = xkernels.optimize(model, report=replaced)
-        console.print(f"optimize(): {len(replaced)} replacement(s)" +
-                      "".join(f"\n  {n or '<model>'}: {a} -> {b}" for n, a, b in replaced))
+        console.print(
+            f"optimize(): {len(replaced)} replacement(s)"
+            + "".join(f"\n  {n or '<model>'}: {a} -> {b}" for n, a, b in replaced)
+        )
     backends = args.backends.split(",") if args.backends else None
-    rep = parity.check_model(model, inputs, backends=backends, backward=not args.no_backward,
-                             budget_factor=args.budget_scale, name=args.factory)
+    rep = parity.check_model(
+        model,
+        inputs,
+        backends=backends,
+        backward=not args.no_backward,
+        budget_factor=args.budget_scale,
+        name=args.factory,
+    )
     if not any(r.backend != "torch" for r in rep.results):
         console.print(f"[red]no xkernels backend is available for device {rep.device}[/]")
         return EXIT_UNAVAILABLE
@@ -387,12 +499,21 @@ def run_parity(args) -> int:
         Path(args.json).write_text(rep.to_json(indent=1))
         console.print(f"report written to {args.json}")
     if not rep.passed:
-        console.print("[bold red]FAILED[/]: " + "; ".join(
-            f"{r.backend}: first divergence at " + (
-                f"{r.first_forward_divergence.label} (forward)" if r.first_forward_divergence else
-                f"{r.first_backward_divergence.label} ({r.first_backward_divergence.kind})"
-                if r.first_backward_divergence else (r.error or "?"))
-            for r in rep.results if r.backend != "torch" and not r.passed))
+        console.print(
+            "[bold red]FAILED[/]: "
+            + "; ".join(
+                f"{r.backend}: first divergence at "
+                + (
+                    f"{r.first_forward_divergence.label} (forward)"
+                    if r.first_forward_divergence
+                    else f"{r.first_backward_divergence.label} ({r.first_backward_divergence.kind})"
+                    if r.first_backward_divergence
+                    else (r.error or "?")
+                )
+                for r in rep.results
+                if r.backend != "torch" and not r.passed
+            )
+        )
         return EXIT_FAIL
     console.print("[bold green]OK[/]: every module output and gradient within the error budget")
     return EXIT_OK
@@ -416,10 +537,18 @@ def run_warmup(args) -> int:
     bar = None
     state = {"total": None, "task": None, "last": -1}
     from rich.markup import escape
+
     if _interactive(console):
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-        bar = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                       console=console, transient=True)
+
+        bar = Progress(
+            TextColumn("{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            console=console,
+            transient=True,
+        )
 
     def progress(done, total, label):
         if bar is not None:
@@ -436,6 +565,7 @@ def run_warmup(args) -> int:
     else:
         times = xkernels.warmup(progress)
     from rich.table import Table
+
     t = Table(title="compiled kernels", title_justify="left")
     t.add_column("device / kernel group")
     t.add_column("seconds", justify="right")
@@ -456,8 +586,9 @@ def run_cache(args) -> int:
     size = _dir_size(d) if d.exists() else 0
     if args.action == "info":
         n = sum(len(f) for _, _, f in os.walk(d)) if d.exists() else 0
-        console.print(f"cache directory: {d}\n{n} files, {_human_bytes(size)}" +
-                      ("" if d.exists() else " (does not exist yet)"))
+        console.print(
+            f"cache directory: {d}\n{n} files, {_human_bytes(size)}" + ("" if d.exists() else " (does not exist yet)")
+        )
         return EXIT_OK
     if not d.exists():
         console.print(f"cache {d} is already empty (does not exist)")
@@ -486,9 +617,12 @@ def _positive_float(s: str) -> float:
 
 def build_parser() -> argparse.ArgumentParser:
     paragraphs = __doc__.strip().split("\n\n")
-    p = argparse.ArgumentParser(prog="python -m xkernels", description="\n\n".join(paragraphs[:2]),
-                                formatter_class=argparse.RawDescriptionHelpFormatter,
-                                epilog=paragraphs[2] + " Without a command, 'check' runs.")
+    p = argparse.ArgumentParser(
+        prog="python -m xkernels",
+        description="\n\n".join(paragraphs[:2]),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog=paragraphs[2] + " Without a command, 'check' runs.",
+    )
     sub = p.add_subparsers(dest="command")
 
     def add_check_args(c):
@@ -498,8 +632,12 @@ def build_parser() -> argparse.ArgumentParser:
         c.add_argument("--ops", help=f"comma-separated subset of {','.join(OP_NAMES)}")
         c.add_argument("--quick", action="store_true", help="one case per op")
         c.add_argument("--no-backward", action="store_true", help="forward only")
-        c.add_argument("--budget-scale", type=_positive_float, default=1.0,
-                       help="multiply every error budget (e.g. 0.5 to tighten; 0 demands exact agreement)")
+        c.add_argument(
+            "--budget-scale",
+            type=_positive_float,
+            default=1.0,
+            help="multiply every error budget (e.g. 0.5 to tighten; 0 demands exact agreement)",
+        )
         c.add_argument("--json", metavar="PATH", help="also write the full report as JSON")
 
     add_check_args(sub.add_parser("check", help="check every op on every available backend (default)"))
@@ -511,8 +649,12 @@ def build_parser() -> argparse.ArgumentParser:
     pa.add_argument("--backends", help="comma-separated backends (default: every available one for the device)")
     pa.add_argument("--optimize", action="store_true", help="apply xkernels.optimize() to the model first")
     pa.add_argument("--no-backward", action="store_true", help="forward only")
-    pa.add_argument("--details", choices=("none", "failing", "all"), default="failing",
-                    help="module-by-module tables: none, only failing backends (default), or all")
+    pa.add_argument(
+        "--details",
+        choices=("none", "failing", "all"),
+        default="failing",
+        help="module-by-module tables: none, only failing backends (default), or all",
+    )
     pa.add_argument("--budget-scale", type=_positive_float, default=1.0, help="multiply every error budget")
     pa.add_argument("--json", metavar="PATH", help="also write the full report as JSON")
     sub.add_parser("warmup", help="compile every SYCL kernel for every usable device now")
@@ -525,8 +667,9 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     command = args.command or "check"
     try:
-        return {"check": run_check, "info": run_info, "parity": run_parity, "warmup": run_warmup,
-                "cache": run_cache}[command](args)
+        return {"check": run_check, "info": run_info, "parity": run_parity, "warmup": run_warmup, "cache": run_cache}[
+            command
+        ](args)
     except KeyboardInterrupt:
         return 130
 

@@ -16,6 +16,7 @@ yet, i.e. when xkernels is imported before torch. libgomp reads the variables on
 openmp_spin_status() says so. (OMP_WAIT_POLICY=PASSIVE, which never spins, made torch's own ops
 35 % to 18x slower on an idle machine; see docs/performance.md.)
 """
+
 from __future__ import annotations
 
 import os
@@ -132,5 +133,8 @@ def prepare() -> dict[str, str]:
             warnings.warn(
                 f"xkernels: the kernel cache directory {d} is not writable ({why}); compiled kernels are "
                 "cached in memory for this process only. Set XKERNELS_CACHE_DIR to a writable directory "
-                "to keep them across processes.", CacheDirectoryWarning, stacklevel=3)
+                "to keep them across processes.",
+                CacheDirectoryWarning,
+                stacklevel=3,
+            )
     return done

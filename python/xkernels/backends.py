@@ -8,19 +8,20 @@ The process default comes from the environment variable XKERNELS_BACKEND; use_ba
 overrides it for the current thread. The selection itself is made in C++ by the one
 function registered per dispatch key, so torch.ops.xkernels.* honour it too.
 """
+
 from __future__ import annotations
 
 import contextlib
 import os
 import threading
 from collections import Counter
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
+from typing import Any
 
 import torch
 
 from . import _C, _env
-
-BACKEND_NAMES = ("reference", "sycl", "cuda")
 
 
 class BackendUnavailableError(RuntimeError):
@@ -35,14 +36,19 @@ class BackendStatus:
     reason: str = ""
     devices: list = field(default_factory=list)
 
-    def as_dict(self):
+    def as_dict(self) -> dict[str, Any]:
         return asdict(self)
 
 
 def _sycl_status() -> BackendStatus:
     if not _C.with_sycl:
-        return BackendStatus("sycl", False, False, "not built: the SYCL runtime headers were not found at build time "
-                             "(pip install intel-sycl-rt, then rebuild xkernels)")
+        return BackendStatus(
+            "sycl",
+            False,
+            False,
+            "not built: the SYCL runtime headers were not found at build time "
+            "(pip install intel-sycl-rt, then rebuild xkernels)",
+        )
     try:
         devices = _C.sycl.devices()
     except RuntimeError as e:  # runtime present but unusable
@@ -56,14 +62,22 @@ def _sycl_status() -> BackendStatus:
 
 def _cuda_status() -> BackendStatus:
     if not _C.with_cuda:
-        why = ("not built: torch was built without CUDA" if torch.version.cuda is None
-               else "not built: nvcc was not found or was disabled at build time (XKERNELS_CUDA)")
+        why = (
+            "not built: torch was built without CUDA"
+            if torch.version.cuda is None
+            else "not built: nvcc was not found or was disabled at build time (XKERNELS_CUDA)"
+        )
         return BackendStatus("cuda", False, False, why)
     if not torch.cuda.is_available():
         return BackendStatus("cuda", True, False, "no CUDA device visible to torch")
-    devs = [{"index": i, "name": torch.cuda.get_device_name(i),
-             "capability": ".".join(map(str, torch.cuda.get_device_capability(i)))}
-            for i in range(torch.cuda.device_count())]
+    devs = [
+        {
+            "index": i,
+            "name": torch.cuda.get_device_name(i),
+            "capability": ".".join(map(str, torch.cuda.get_device_capability(i))),
+        }
+        for i in range(torch.cuda.device_count())
+    ]
     return BackendStatus("cuda", True, True, "", devs)
 
 
@@ -96,7 +110,7 @@ def current_backend() -> str:
 
 
 @contextlib.contextmanager
-def use_backend(name: str):
+def use_backend(name: str) -> Iterator[str]:
     """Select the backend for xkernels ops called in this thread inside the block.
 
     "auto" picks per device; "reference", "sycl" or "cuda" force that backend and raise
@@ -139,7 +153,7 @@ def _dir_size(path) -> int:
     return total
 
 
-def info() -> dict:
+def info() -> dict[str, Any]:
     """Versions, build configuration, backends, devices, kernel provider and cache."""
     cache = _env.cache_dir()
     out = {
@@ -151,13 +165,20 @@ def info() -> dict:
         "cache": {"dir": str(cache), "bytes": _dir_size(cache) if cache.exists() else 0},
     }
     if _C.with_sycl:
-        out["sycl"] = {"runtime": _C.sycl.runtime_version(), "provider": _C.sycl.provider_kind(),
-                       # per device: ahead-of-time image or run-time compilation, and why
-                       "provider_devices": list(_C.sycl.provider_devices()),
-                       "runtime_compile_env": list(_C.sycl.runtime_compile_env()),
-                       "kernels": list(_C.sycl.kernel_names()),
-                       # outputs/scratch of SYCL ops on CPU tensors (XKERNELS_HOST_CACHE_MB)
-                       "host_cache": dict(_C.sycl.host_cache_stats())}
+        out["sycl"] = {
+            "runtime": _C.sycl.runtime_version(),
+            "provider": _C.sycl.provider_kind(),
+            # per device: ahead-of-time image or run-time compilation, and why
+            "provider_devices": list(_C.sycl.provider_devices()),
+            "runtime_compile_env": list(_C.sycl.runtime_compile_env()),
+            "kernels": list(_C.sycl.kernel_names()),
+            # outputs/scratch of SYCL ops on CPU tensors (XKERNELS_HOST_CACHE_MB)
+            "host_cache": dict(_C.sycl.host_cache_stats()),
+        }
+        # fused_linear_relu forward: the dot kernel up to this many rows, the packed-panel kernel above
+        # (LinearConfig::kDotMaxRows), where the native library exports it.
+        if hasattr(_C.sycl, "linear_dot_max_rows"):
+            out["sycl"]["linear_dot_max_rows"] = int(_C.sycl.linear_dot_max_rows())
     return out
 
 
@@ -168,7 +189,7 @@ def empty_cache() -> None:
         _C.sycl.host_cache_clear()
 
 
-def warmup(progress=None) -> dict[str, float]:
+def warmup(progress: Callable[[int, int, str], object] | None = None) -> dict[str, float]:
     """Compile every SYCL kernel for every usable SYCL device now (instead of at first use).
 
     `progress`, if given, is called as progress(done, total, label). Returns seconds per
@@ -184,14 +205,14 @@ def warmup(progress=None) -> dict[str, float]:
 class DispatchRecord:
     """Which backend/device ran each xkernels op call, and every fallback with its reason."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         self.events: list[tuple] = []
 
-    def refresh(self) -> "DispatchRecord":
+    def refresh(self) -> DispatchRecord:
         self.events = [tuple(e) for e in _C.dispatch_record_snapshot()]
         return self
 
-    def counts(self) -> Counter:
+    def counts(self) -> Counter[tuple[str, str, str]]:
         c: Counter = Counter()
         for op, backend, device, _reason, n in self.events:
             c[(op, backend, device)] += n
@@ -216,7 +237,7 @@ _record_lock = threading.Lock()
 
 
 @contextlib.contextmanager
-def dispatch_record():
+def dispatch_record() -> Iterator[DispatchRecord]:
     """Record dispatch decisions inside the block (process-wide). Yields a DispatchRecord,
     filled when the block exits."""
     rec = DispatchRecord()

@@ -12,6 +12,7 @@
 ``optimize(model)`` swaps these in for ``nn.Linear`` + ``nn.ReLU`` pairs, ``nn.Conv2d`` and
 ``nn.LayerNorm`` anywhere in a model, sharing the original Parameter objects.
 """
+
 from __future__ import annotations
 
 import copy
@@ -35,8 +36,8 @@ class FusedLinearReLU(nn.Module):
     [out_features]), initialization and state_dict keys as ``torch.nn.Linear``.
 
     Pre-packed weight (opt-in: ``pack_weight=True`` in the constructor, ``m.pack_weight = True``, or
-    ``xkernels.optimize(model, pack_weights=True)``): when the call runs on the SYCL backend with CPU tensors and needs no
-    gradient (grad mode off, or none of input / weight / bias requires grad), the forward uses
+    ``xkernels.optimize(model, pack_weights=True)``): when the call runs on the SYCL backend with CPU tensors and
+    needs no gradient (grad mode off, or none of input / weight / bias requires grad), the forward uses
     ``fused_linear_relu_packed`` with a copy of the weight packed once by ``pack_linear_weight``,
     instead of letting ``fused_linear_relu`` re-pack it on every call. The copy is cached on the
     module (not a parameter or buffer: not in ``state_dict``) under the key (weight object, its
@@ -55,8 +56,16 @@ class FusedLinearReLU(nn.Module):
     __constants__ = ["in_features", "out_features"]
     pack_weight: bool = False
 
-    def __init__(self, in_features: int, out_features: int, bias: bool = True, device=None, dtype=None, *,
-                 pack_weight: bool = False) -> None:
+    def __init__(
+        self,
+        in_features: int,
+        out_features: int,
+        bias: bool = True,
+        device: torch.device | str | None = None,
+        dtype: torch.dtype | None = None,
+        *,
+        pack_weight: bool = False,
+    ) -> None:
         super().__init__()
         self.pack_weight = bool(pack_weight)
         factory = {"device": device, "dtype": dtype}
@@ -119,8 +128,9 @@ class FusedLinearReLU(nn.Module):
         self.__dict__.pop("_packed_cache", None)
 
     def extra_repr(self) -> str:
-        return (f"in_features={self.in_features}, out_features={self.out_features}, bias={self.bias is not None}"
-                + (", pack_weight=True" if self.pack_weight else ""))
+        return f"in_features={self.in_features}, out_features={self.out_features}, bias={self.bias is not None}" + (
+            ", pack_weight=True" if self.pack_weight else ""
+        )
 
 
 _SYCL_CPU_OK: dict[torch.dtype, bool] = {}
@@ -141,26 +151,50 @@ def _unsupported_padding_mode(mode: str) -> ValueError:
     return ValueError(
         f"xkernels.nn.Conv2d: argument 'padding_mode' must be 'zeros', got '{mode}'. The xkernels conv2d op "
         "pads with zeros only; keep torch.nn.Conv2d for this layer (xkernels.optimize() leaves such layers as "
-        "they are) or pad explicitly with torch.nn.functional.pad and use padding=0.")
+        "they are) or pad explicitly with torch.nn.functional.pad and use padding=0."
+    )
 
 
 class Conv2d(nn.Conv2d):
     """``torch.nn.Conv2d`` running the xkernels conv2d op (padding_mode='zeros' only)."""
 
-    def __init__(self, in_channels: int, out_channels: int, kernel_size, stride=1, padding=0, dilation=1,
-                 groups: int = 1, bias: bool = True, padding_mode: str = "zeros", device=None, dtype=None) -> None:
+    def __init__(
+        self,
+        in_channels: int,
+        out_channels: int,
+        kernel_size: int | tuple[int, int],
+        stride: int | tuple[int, int] = 1,
+        padding: int | tuple[int, int] | str = 0,
+        dilation: int | tuple[int, int] = 1,
+        groups: int = 1,
+        bias: bool = True,
+        padding_mode: str = "zeros",
+        device: torch.device | str | None = None,
+        dtype: torch.dtype | None = None,
+    ) -> None:
         if padding_mode != "zeros":
             raise _unsupported_padding_mode(padding_mode)
-        super().__init__(in_channels, out_channels, kernel_size, stride, padding, dilation, groups, bias,
-                         padding_mode, device, dtype)
+        super().__init__(
+            in_channels, out_channels, kernel_size, stride, padding, dilation, groups, bias, padding_mode, device, dtype
+        )
 
     @classmethod
     def from_conv2d(cls, conv: nn.Conv2d) -> Conv2d:
         """A Conv2d sharing `conv`'s Parameter objects (padding_mode must be 'zeros')."""
         if conv.padding_mode != "zeros":
             raise _unsupported_padding_mode(conv.padding_mode)
-        m = cls(conv.in_channels, conv.out_channels, conv.kernel_size, conv.stride, conv.padding, conv.dilation,
-                conv.groups, conv.bias is not None, conv.padding_mode, device="meta")
+        m = cls(
+            conv.in_channels,
+            conv.out_channels,
+            conv.kernel_size,
+            conv.stride,
+            conv.padding,
+            conv.dilation,
+            conv.groups,
+            conv.bias is not None,
+            conv.padding_mode,
+            device="meta",
+        )
         m.weight = conv.weight
         m.bias = conv.bias
         m.train(conv.training)
@@ -207,8 +241,16 @@ def _shallow_copy(module: nn.Module) -> nn.Module:
     return new
 
 
-def optimize(model: nn.Module, inplace: bool = False, *, linear_relu: bool = True, conv2d: bool = True,
-             layer_norm: bool = True, pack_weights: bool = False, report: list | None = None) -> nn.Module:
+def optimize(
+    model: nn.Module,
+    inplace: bool = False,
+    *,
+    linear_relu: bool = True,
+    conv2d: bool = True,
+    layer_norm: bool = True,
+    pack_weights: bool = False,
+    report: list[tuple[str, str, str]] | None = None,
+) -> nn.Module:
     """Returns `model` with xkernels modules swapped in:
 
     - ``nn.Linear`` directly followed by ``nn.ReLU`` among the consecutive children of an
@@ -221,7 +263,7 @@ def optimize(model: nn.Module, inplace: bool = False, *, linear_relu: bool = Tru
     share the original Parameter objects (training one trains the other). With
     ``inplace=False`` (default) the original model's structure is left untouched: containers
     on the path to a replacement are shallow copies. Nested models are handled at any depth.
-    If `report` is a list, (qualified name, old class, new class) tuples are appended to it.
+    If `report` is a list, (qualified name, old class name, new class name) tuples are appended to it.
     ``pack_weights=True`` turns on the pre-packed weight of the new ``FusedLinearReLU`` modules (for
     inference; read its docstring for the one way a packed copy can go stale).
     """
@@ -243,8 +285,16 @@ def _replacement(child: nn.Module, conv2d: bool, layer_norm: bool) -> Callable[[
     return None
 
 
-def _optimize(module: nn.Module, prefix: str, inplace: bool, linear_relu: bool, conv2d: bool, layer_norm: bool,
-              log: list, pack_weights: bool = False) -> nn.Module:
+def _optimize(
+    module: nn.Module,
+    prefix: str,
+    inplace: bool,
+    linear_relu: bool,
+    conv2d: bool,
+    layer_norm: bool,
+    log: list,
+    pack_weights: bool = False,
+) -> nn.Module:
     new_children: dict[str, nn.Module] = {}
     names = list(module._modules)
     skip = set()
@@ -253,8 +303,13 @@ def _optimize(module: nn.Module, prefix: str, inplace: bool, linear_relu: bool, 
         if child is None or name in skip:
             continue
         qual = f"{prefix}.{name}" if prefix else name
-        if (linear_relu and isinstance(module, nn.Sequential) and type(child) is nn.Linear
-                and i + 1 < len(names) and type(module._modules[names[i + 1]]) is nn.ReLU):
+        if (
+            linear_relu
+            and isinstance(module, nn.Sequential)
+            and type(child) is nn.Linear
+            and i + 1 < len(names)
+            and type(module._modules[names[i + 1]]) is nn.ReLU
+        ):
             new_children[name] = FusedLinearReLU.from_linear(child)
             new_children[name].pack_weight = pack_weights
             relu_name = names[i + 1]

@@ -1,6 +1,7 @@
 """Typed Python entry points, fake (meta) implementations and autograd for the
 xkernels ops. The ops themselves are registered in C++ (csrc/registration.cpp) and
 dispatch by device; this layer stays thin."""
+
 from __future__ import annotations
 
 from collections.abc import Sequence
@@ -9,6 +10,7 @@ import torch
 from torch import Tensor
 
 from . import _C
+from .tolerances import DTYPES
 
 _ops = torch.ops.xkernels
 
@@ -99,12 +101,9 @@ def _stat_dtype(dtype: torch.dtype) -> torch.dtype:
     return torch.float64 if dtype == torch.float64 else torch.float32
 
 
-_SUPPORTED_DTYPES = (torch.float32, torch.float64, torch.float16, torch.bfloat16)
-
-
 def _check_dtype_supported(t: Tensor, arg: str, op: str) -> None:
     torch._check(
-        t.dtype in _SUPPORTED_DTYPES,
+        t.dtype in DTYPES,
         lambda: f"xkernels.{op}: argument '{arg}' must be float32, float64, float16 or bfloat16, got {t.dtype}",
     )
 
@@ -116,13 +115,17 @@ def _check_same(t: Tensor | None, arg: str, ref: Tensor, ref_arg: str, op: str) 
         return
     torch._check(
         t.dtype == ref.dtype,
-        lambda: f"xkernels.{op}: argument '{arg}' has dtype {t.dtype} but '{ref_arg}' has dtype {ref.dtype}; "
-        "they must match",
+        lambda: (
+            f"xkernels.{op}: argument '{arg}' has dtype {t.dtype} but '{ref_arg}' has dtype {ref.dtype}; "
+            "they must match"
+        ),
     )
     torch._check(
         t.device == ref.device,
-        lambda: f"xkernels.{op}: argument '{arg}' is on device {t.device} but '{ref_arg}' is on device "
-        f"{ref.device}; they must be on the same device",
+        lambda: (
+            f"xkernels.{op}: argument '{arg}' is on device {t.device} but '{ref_arg}' is on device "
+            f"{ref.device}; they must be on the same device"
+        ),
     )
 
 
@@ -134,8 +137,10 @@ def _linear_out_shape(input: Tensor, weight: Tensor, bias: Tensor | None, op: st
     torch._check(weight.dim() == 2, lambda: f"xkernels.{op}: argument 'weight' must be 2-D, got {weight.dim()}-D")
     torch._check(
         weight.shape[1] == input.shape[-1],
-        lambda: f"xkernels.{op}: argument 'weight' has shape {tuple(weight.shape)} but input's last dimension "
-        f"is K={input.shape[-1]}",
+        lambda: (
+            f"xkernels.{op}: argument 'weight' has shape {tuple(weight.shape)} but input's last dimension "
+            f"is K={input.shape[-1]}"
+        ),
     )
     if bias is not None:
         torch._check(
@@ -168,8 +173,9 @@ def _pack_columns(dtype: torch.dtype) -> int:
 @torch.library.register_fake("xkernels::pack_linear_weight")
 def _pack_linear_weight_fake(weight):
     _check_dtype_supported(weight, "weight", "pack_linear_weight")
-    torch._check(weight.dim() == 2,
-                 lambda: f"xkernels.pack_linear_weight: argument 'weight' must be 2-D, got {weight.dim()}-D")
+    torch._check(
+        weight.dim() == 2, lambda: f"xkernels.pack_linear_weight: argument 'weight' must be 2-D, got {weight.dim()}-D"
+    )
     c = _pack_columns(weight.dtype)
     return weight.new_empty(((weight.shape[0] + c - 1) // c, weight.shape[1], c))
 
@@ -183,36 +189,55 @@ def _fused_linear_relu_packed_fake(input, packed_weight, bias, out_features):
     torch._check(input.dim() >= 1, lambda: f"xkernels.{op}: argument 'input' must have at least 1 dimension")
     c = _pack_columns(input.dtype)
     expected = [(out_features + c - 1) // c, input.shape[-1], c]
-    torch._check(list(packed_weight.shape) == expected,
-                 lambda: f"xkernels.{op}: argument 'packed_weight' has shape {list(packed_weight.shape)} but "
-                 f"pack_linear_weight of a [out_features={out_features}, K={input.shape[-1]}] weight has shape {expected}")
+    torch._check(
+        list(packed_weight.shape) == expected,
+        lambda: (
+            f"xkernels.{op}: argument 'packed_weight' has shape {list(packed_weight.shape)} but "
+            f"pack_linear_weight of a [out_features={out_features}, K={input.shape[-1]}] weight has shape {expected}"
+        ),
+    )
     if bias is not None:
-        torch._check(list(bias.shape) == [out_features],
-                     lambda: f"xkernels.{op}: argument 'bias' must have shape [{out_features}], got {list(bias.shape)}")
+        torch._check(
+            list(bias.shape) == [out_features],
+            lambda: f"xkernels.{op}: argument 'bias' must have shape [{out_features}], got {list(bias.shape)}",
+        )
     return input.new_empty([*input.shape[:-1], out_features])
 
 
 def _conv_problem(input, weight, stride, padding, dilation, groups, op):
     _check_dtype_supported(input, "input", op)
     _check_same(weight, "weight", input, "input", op)
-    torch._check(input.dim() in (3, 4), lambda: f"xkernels.{op}: argument 'input' must be 3-D or 4-D, got {input.dim()}-D")
+    torch._check(
+        input.dim() in (3, 4), lambda: f"xkernels.{op}: argument 'input' must be 3-D or 4-D, got {input.dim()}-D"
+    )
     torch._check(weight.dim() == 4, lambda: f"xkernels.{op}: argument 'weight' must be 4-D, got {weight.dim()}-D")
     torch._check(groups > 0, lambda: f"xkernels.{op}: argument 'groups' must be positive, got {groups}")
-    for name, v, ok in (("stride", stride, lambda s: s > 0), ("dilation", dilation, lambda s: s > 0),
-                        ("padding", padding, lambda s: s >= 0)):
+    for name, v, ok in (
+        ("stride", stride, lambda s: s > 0),
+        ("dilation", dilation, lambda s: s > 0),
+        ("padding", padding, lambda s: s >= 0),
+    ):
         torch._check(len(v) == 2, lambda: f"xkernels.{op}: argument '{name}' must have 2 elements, got {v}")
         torch._check(ok(v[0]) and ok(v[1]), lambda: f"xkernels.{op}: argument '{name}' is invalid: {v}")
     batched = input.dim() == 4
     C, H, W = input.shape[-3:]
     O, Cg, KH, KW = weight.shape
-    torch._check(C % groups == 0, lambda: f"xkernels.{op}: argument 'groups'={groups} must divide the input channels C={C}")
-    torch._check(O % groups == 0, lambda: f"xkernels.{op}: argument 'groups'={groups} must divide the output channels {O}")
-    torch._check(Cg * groups == C, lambda: f"xkernels.{op}: argument 'weight' has shape {tuple(weight.shape)}: "
-                 f"expected weight.size(1) = C/groups")
+    torch._check(
+        C % groups == 0, lambda: f"xkernels.{op}: argument 'groups'={groups} must divide the input channels C={C}"
+    )
+    torch._check(
+        O % groups == 0, lambda: f"xkernels.{op}: argument 'groups'={groups} must divide the output channels {O}"
+    )
+    torch._check(
+        Cg * groups == C,
+        lambda: f"xkernels.{op}: argument 'weight' has shape {tuple(weight.shape)}: expected weight.size(1) = C/groups",
+    )
     OH = (H + 2 * padding[0] - dilation[0] * (KH - 1) - 1) // stride[0] + 1
     OW = (W + 2 * padding[1] - dilation[1] * (KW - 1) - 1) // stride[1] + 1
-    torch._check(OH > 0 and OW > 0, lambda: f"xkernels.{op}: argument 'weight': the dilated kernel size is larger "
-                 "than the padded input size")
+    torch._check(
+        OH > 0 and OW > 0,
+        lambda: f"xkernels.{op}: argument 'weight': the dilated kernel size is larger than the padded input size",
+    )
     cl = batched and (
         torch._prims_common.suggest_memory_format(input) == torch.channels_last
         or torch._prims_common.suggest_memory_format(weight) == torch.channels_last
@@ -233,10 +258,16 @@ def _conv2d_backward_fake(grad_output, input, weight, stride, padding, dilation,
     _, fmt = _conv_problem(input, weight, stride, padding, dilation, groups, "conv2d_backward")
     _check_same(grad_output, "grad_output", input, "input", "conv2d_backward")
     in_fmt = fmt if input.dim() == 4 else torch.contiguous_format
-    gi = (torch.empty(input.shape, dtype=input.dtype, device=input.device, memory_format=in_fmt)
-          if output_mask[0] else input.new_empty((0,)))
-    gw = (torch.empty(weight.shape, dtype=weight.dtype, device=weight.device, memory_format=fmt)
-          if output_mask[1] else weight.new_empty((0,)))
+    gi = (
+        torch.empty(input.shape, dtype=input.dtype, device=input.device, memory_format=in_fmt)
+        if output_mask[0]
+        else input.new_empty((0,))
+    )
+    gw = (
+        torch.empty(weight.shape, dtype=weight.dtype, device=weight.device, memory_format=fmt)
+        if output_mask[1]
+        else weight.new_empty((0,))
+    )
     gb = weight.new_empty((weight.shape[0],)) if output_mask[2] else weight.new_empty((0,))
     return gi, gw, gb
 
@@ -245,9 +276,11 @@ def _ln_stat_shape(input, normalized_shape, op):
     nd = len(normalized_shape)
     torch._check(nd >= 1, lambda: f"xkernels.{op}: argument 'normalized_shape' must have at least 1 dimension")
     torch._check(
-        input.dim() >= nd and list(input.shape[input.dim() - nd:]) == list(normalized_shape),
-        lambda: f"xkernels.{op}: argument 'normalized_shape'={list(normalized_shape)} must match the trailing "
-        f"dimensions of input of shape {tuple(input.shape)}",
+        input.dim() >= nd and list(input.shape[input.dim() - nd :]) == list(normalized_shape),
+        lambda: (
+            f"xkernels.{op}: argument 'normalized_shape'={list(normalized_shape)} must match the trailing "
+            f"dimensions of input of shape {tuple(input.shape)}"
+        ),
     )
     return [*input.shape[: input.dim() - nd]] + [1] * nd
 
@@ -260,8 +293,10 @@ def _layer_norm_forward_fake(input, normalized_shape, weight=None, bias=None, ep
     _check_same(bias, "bias", input, "input", "layer_norm")
     for name, t in (("weight", weight), ("bias", bias)):
         if t is not None:
-            torch._check(list(t.shape) == list(normalized_shape),
-                         lambda: f"xkernels.layer_norm: argument '{name}' must have shape normalized_shape")
+            torch._check(
+                list(t.shape) == list(normalized_shape),
+                lambda: f"xkernels.layer_norm: argument '{name}' must have shape normalized_shape",
+            )
     sd = _stat_dtype(input.dtype)
     return (
         input.new_empty(input.shape),
@@ -276,8 +311,10 @@ def _layer_norm_out_fake(input, normalized_shape, weight=None, bias=None, eps=1e
     _check_same(out, "out", input, "input", "layer_norm")
     torch._check(
         out.shape == input.shape,
-        lambda: f"xkernels.layer_norm: argument 'out' must have the input's shape {list(input.shape)}, got "
-        f"{list(out.shape)} (out= tensors are not resized)",
+        lambda: (
+            f"xkernels.layer_norm: argument 'out' must have the input's shape {list(input.shape)}, got "
+            f"{list(out.shape)} (out= tensors are not resized)"
+        ),
     )
     return out  # written in place; no metadata change
 
@@ -378,7 +415,11 @@ def _layer_norm_setup(ctx, inputs, output):
 
 def _layer_norm_bwd(ctx, grad, _grad_mean, _grad_rstd):
     input, weight, bias, mean, rstd = ctx.saved_tensors
-    mask = [ctx.needs_input_grad[0], ctx.has_weight and ctx.needs_input_grad[2], ctx.has_bias and ctx.needs_input_grad[3]]
+    mask = [
+        ctx.needs_input_grad[0],
+        ctx.has_weight and ctx.needs_input_grad[2],
+        ctx.has_bias and ctx.needs_input_grad[3],
+    ]
     with _ForwardSelection(ctx.backend_selection):
         gi, gw, gb = _ops.layer_norm_backward(grad, input, ctx.normalized_shape, mean, rstd, weight, bias, mask)
     return (gi if mask[0] else None, None, gw if mask[1] else None, gb if mask[2] else None, None)

@@ -23,8 +23,8 @@ module outputs, and the parameter gradients first leave the budget, against a fl
 the model run with the reference backend. A "torch" row (every xkernels op replaced by
 PyTorch's own, see ``reference.torch_ops``) gives the same-dtype baseline.
 
-The error budget (``BUDGETS``, one entry per dtype; tests import it) for a tensor with
-oracle ``r`` is::
+The error budget (``BUDGETS``, one entry per dtype: the relative-to-torch policy of
+``xkernels.tolerances``, re-exported here) for a tensor with oracle ``r`` is::
 
     max|x - r| <= rtol_torch * max|t - r| + atol_rel * max|r|
 
@@ -32,6 +32,7 @@ where ``t`` is PyTorch's same-dtype result: a backend may be a small multiple of
 own error, plus a floor of a few ULPs of the tensor's magnitude (PyTorch's error can be
 accidentally tiny, and float64's is zero by construction, since the oracle is PyTorch).
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -47,57 +48,34 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from .backends import BACKEND_NAMES, DispatchRecord, dispatch_record, use_backend
-from .backends import backends as backend_status
 from . import ops as _ops
 from . import reference
+from .backends import DispatchRecord, dispatch_record, use_backend
+from .backends import backends as backend_status
+from .tolerances import BUDGETS, Budget, budget_for
 
 __all__ = [
-    "Budget", "BUDGETS", "budget_for", "tensor_error", "TensorError", "BackendResult", "OpReport", "check_op",
-    "ModuleEntry", "ModelBackendResult", "ModelReport", "check_model", "backends_for_device", "ran_elsewhere",
-    "summary_table", "dispatch_table", "print_reports", "make_console",
+    "Budget",
+    "BUDGETS",
+    "budget_for",
+    "tensor_error",
+    "TensorError",
+    "BackendResult",
+    "OpReport",
+    "check_op",
+    "ModuleEntry",
+    "ModelBackendResult",
+    "ModelReport",
+    "check_model",
+    "backends_for_device",
+    "ran_elsewhere",
+    "summary_table",
+    "dispatch_table",
+    "print_reports",
+    "make_console",
 ]
 
-# ----------------------------------------------------------------------------------- budget
-
-
-@dataclass(frozen=True)
-class Budget:
-    """Allowed error for one dtype: max|x - r| <= rtol_torch * torch_err + atol_rel * max|r|."""
-
-    rtol_torch: float
-    atol_rel: float
-
-    def allowed(self, torch_err: float, scale: float, factor: float = 1.0) -> float:
-        return factor * (self.rtol_torch * torch_err + self.atol_rel * scale)
-
-
-# Why these numbers (eps = the dtype's machine epsilon, 2^-mantissa_bits):
-#  float16/bfloat16: kernels accumulate in float32 and round once, so the error is dominated by
-#    that final rounding, as PyTorch's is: 2x PyTorch's error plus ~1 ULP of the largest value
-#    (float16 eps 9.8e-4, bfloat16 eps 7.8e-3).
-#  float32: the reference kernels sum sequentially in float32 while PyTorch uses blocked/FMA
-#    BLAS, so a correct kernel can be several times PyTorch's error: 4x plus ~84 eps of the
-#    magnitude (1e-5) — an indexing or precision bug (e.g. a half-precision intermediate) is
-#    orders of magnitude above.
-#  float64: PyTorch *is* the oracle (its error is 0): only the floor counts, 1e-10
-#    relative to the magnitude, generous for any summation order.
-# The floors equal the rtol of tests/tolerances.py (the elementwise test tolerances).
-BUDGETS: dict[torch.dtype, Budget] = {
-    torch.float64: Budget(rtol_torch=4.0, atol_rel=1e-10),
-    torch.float32: Budget(rtol_torch=4.0, atol_rel=1e-5),
-    torch.float16: Budget(rtol_torch=2.0, atol_rel=1e-3),
-    torch.bfloat16: Budget(rtol_torch=2.0, atol_rel=8e-3),
-}
-
-
-def budget_for(dtype: torch.dtype) -> Budget:
-    try:
-        return BUDGETS[dtype]
-    except KeyError:
-        raise ValueError(f"xkernels.parity: no error budget for dtype {dtype}; "
-                         f"known: {', '.join(str(d) for d in BUDGETS)}") from None
-
+# --------------------------------------------------------------------------- float formats
 
 _MANTISSA_BITS = {torch.float64: 52, torch.float32: 23, torch.float16: 10, torch.bfloat16: 7}
 _MIN_EXPONENT = {torch.float64: -1022, torch.float32: -126, torch.float16: -14, torch.bfloat16: -126}
@@ -164,15 +142,34 @@ def _abs_err(x: Tensor, r: Tensor) -> Tensor:
     return torch.where(d.isnan(), torch.full_like(d, math.inf), d)
 
 
-def tensor_error(name: str, x: Tensor, r: Tensor, dtype: torch.dtype, torch_result: Tensor | None = None,
-                 budget_factor: float = 1.0, note: str = "", check_dtype: bool = True) -> TensorError:
+def tensor_error(
+    name: str,
+    x: Tensor,
+    r: Tensor,
+    dtype: torch.dtype,
+    torch_result: Tensor | None = None,
+    budget_factor: float = 1.0,
+    note: str = "",
+    check_dtype: bool = True,
+) -> TensorError:
     """Measures `x` (a backend's result) against the float64 oracle `r`, with the budget of
     `dtype` relative to `torch_result` (PyTorch's same-dtype result), if given. With
     `check_dtype`, `x` must have dtype `dtype` (results traced as float64 copies pass False)."""
     r = r.detach().to(device="cpu", dtype=torch.float64)
     if tuple(x.shape) != tuple(r.shape):
-        return TensorError(name, list(x.shape), str(dtype).replace("torch.", ""), math.inf, math.inf, math.inf,
-                           0.0, None, 0.0, False, f"shape {tuple(x.shape)} != expected {tuple(r.shape)}")
+        return TensorError(
+            name,
+            list(x.shape),
+            str(dtype).replace("torch.", ""),
+            math.inf,
+            math.inf,
+            math.inf,
+            0.0,
+            None,
+            0.0,
+            False,
+            f"shape {tuple(x.shape)} != expected {tuple(r.shape)}",
+        )
     budget = budget_for(dtype)
     finite_r = r[r.isfinite()]
     scale = float(finite_r.abs().max()) if finite_r.numel() else 0.0
@@ -183,7 +180,7 @@ def tensor_error(name: str, x: Tensor, r: Tensor, dtype: torch.dtype, torch_resu
     max_abs = float(err.max()) if err.numel() else 0.0
     mant, emin = _MANTISSA_BITS[dtype], _MIN_EXPONENT[dtype]
     if err.numel():
-        floor = max(scale * 2.0 ** -mant, 2.0 ** (emin - mant))
+        floor = max(scale * 2.0**-mant, 2.0 ** (emin - mant))
         mag = r.abs().nan_to_num(nan=0.0, posinf=0.0).clamp_min(floor)
         ulp = torch.exp2(torch.floor(torch.log2(mag)).clamp_min(emin) - mant)
         max_ulp = float((err / ulp).max())
@@ -197,10 +194,32 @@ def tensor_error(name: str, x: Tensor, r: Tensor, dtype: torch.dtype, torch_resu
         t_err = 0.0
     allowed = budget.allowed(t_err if t_err is not None and math.isfinite(t_err) else 0.0, scale, budget_factor)
     if check_dtype and x.dtype != dtype:
-        return TensorError(name, list(x.shape), str(x.dtype).replace("torch.", ""), max_abs, max_rel, max_ulp, scale,
-                           t_err, allowed, False, f"dtype {x.dtype} != expected {dtype}")
-    return TensorError(name, list(x.shape), str(dtype).replace("torch.", ""), max_abs, max_rel, max_ulp, scale,
-                       t_err, allowed, max_abs <= allowed, note)
+        return TensorError(
+            name,
+            list(x.shape),
+            str(x.dtype).replace("torch.", ""),
+            max_abs,
+            max_rel,
+            max_ulp,
+            scale,
+            t_err,
+            allowed,
+            False,
+            f"dtype {x.dtype} != expected {dtype}",
+        )
+    return TensorError(
+        name,
+        list(x.shape),
+        str(dtype).replace("torch.", ""),
+        max_abs,
+        max_rel,
+        max_ulp,
+        scale,
+        t_err,
+        allowed,
+        max_abs <= allowed,
+        note,
+    )
 
 
 # ----------------------------------------------------------------------------- backends
@@ -220,8 +239,11 @@ def backends_for_device(device: torch.device | str) -> list[str]:
         st = status[name]
         if not st.available:
             continue
-        if name == "sycl" and dev_type == "cuda" and not any(
-                "cuda" in str(d).lower() or "nvidia" in str(d).lower() for d in st.devices):
+        if (
+            name == "sycl"
+            and dev_type == "cuda"
+            and not any("cuda" in str(d).lower() or "nvidia" in str(d).lower() for d in st.devices)
+        ):
             continue  # SYCL has no CUDA device here
         out.append(name)
     return out
@@ -244,15 +266,16 @@ def _resolve(backends: Iterable[BackendSpec] | None, device) -> list[tuple[str, 
 
 
 def _events(rec: DispatchRecord) -> list[dict]:
-    return [{"op": op, "backend": b, "device": dev, "fallback_reason": why, "calls": n}
-            for op, b, dev, why, n in rec.events]
+    return [
+        {"op": op, "backend": b, "device": dev, "fallback_reason": why, "calls": n} for op, b, dev, why, n in rec.events
+    ]
 
 
 def ran_elsewhere(requested: str, events: list[dict]) -> list[str]:
     """'op->backend' for every op that ran on another backend than the one requested (a real
     backend name; custom and 'torch' runs request none). A run that did not run where it was
     asked to cannot pass as that backend."""
-    if requested not in BACKEND_NAMES:
+    if requested not in backend_status():
         return []
     return sorted({f"{e['op']}->{e['backend']}" for e in events if e["backend"] != requested})
 
@@ -294,9 +317,16 @@ class BackendResult:
         return max(self.tensors, key=lambda t: t.budget_used, default=None)
 
     def as_dict(self) -> dict:
-        return {"backend": self.backend, "device": self.device, "passed": self.passed, "error": self.error,
-                "note": self.note, "seconds": self.seconds, "tensors": [t.as_dict() for t in self.tensors],
-                "dispatch": self.dispatch}
+        return {
+            "backend": self.backend,
+            "device": self.device,
+            "passed": self.passed,
+            "error": self.error,
+            "note": self.note,
+            "seconds": self.seconds,
+            "tensors": [t.as_dict() for t in self.tensors],
+            "dispatch": self.dispatch,
+        }
 
 
 @dataclass
@@ -313,14 +343,22 @@ class OpReport:
         return all(r.passed for r in self.results)
 
     def as_dict(self) -> dict:
-        return {"op": self.op, "case": self.case, "dtype": self.dtype, "device": self.device, "passed": self.passed,
-                "torch_error": self.torch_error, "results": [r.as_dict() for r in self.results]}
+        return {
+            "op": self.op,
+            "case": self.case,
+            "dtype": self.dtype,
+            "device": self.device,
+            "passed": self.passed,
+            "torch_error": self.torch_error,
+            "results": [r.as_dict() for r in self.results],
+        }
 
     def to_json(self, **kw) -> str:
         return json.dumps(self.as_dict(), **kw)
 
     def table(self):
         from rich.table import Table
+
         t = Table(title=f"{self.op} {self.case} {self.dtype} on {self.device}", title_justify="left")
         for col in ("backend", "tensor", "max abs", "max rel", "ULPs", "x torch", "budget", "result"):
             t.add_column(col, justify="left" if col in ("backend", "tensor", "result") else "right")
@@ -329,8 +367,16 @@ class OpReport:
                 t.add_row(r.backend, "-", "", "", "", "", "", f"[red]ERROR[/] {r.error}")
                 continue
             for i, e in enumerate(r.tensors):
-                t.add_row(r.backend if i == 0 else "", e.name, _fmt(e.max_abs), _fmt(e.max_rel), _fmt(e.max_ulp, 1),
-                          _fmt_ratio(e.ratio_to_torch), _fmt(e.budget), _verdict(e.passed, e.note))
+                t.add_row(
+                    r.backend if i == 0 else "",
+                    e.name,
+                    _fmt(e.max_abs),
+                    _fmt(e.max_rel),
+                    _fmt(e.max_ulp, 1),
+                    _fmt_ratio(e.ratio_to_torch),
+                    _fmt(e.budget),
+                    _verdict(e.passed, e.note),
+                )
             if r.note:
                 t.add_row("", "[dim]dispatch[/]", "", "", "", "", "", f"[dim]{r.note}[/]")
         return t
@@ -376,6 +422,7 @@ def make_console(file=None):
     import os
 
     from rich.console import Console
+
     c = Console(highlight=False, file=file)
     if not c.is_terminal:
         width = int(os.environ.get("COLUMNS", "160") or 160)
@@ -388,8 +435,9 @@ def _grad_output_for(out: Tensor, seed: int) -> Tensor:
     return torch.randn(out.shape, generator=g, dtype=torch.float64).to(dtype=out.dtype, device=out.device)
 
 
-def _run_op(op: str, call_args: dict, diff_names: list[str], grads: bool, gout: Tensor | None,
-            fn: Callable | None = None):
+def _run_op(
+    op: str, call_args: dict, diff_names: list[str], grads: bool, gout: Tensor | None, fn: Callable | None = None
+):
     """Runs the op (xkernels by default) on fresh leaves; returns (output, {name: grad})."""
     fn = fn or getattr(_ops, op)
     args = dict(call_args)
@@ -403,13 +451,22 @@ def _run_op(op: str, call_args: dict, diff_names: list[str], grads: bool, gout: 
         return out.detach(), {}
     g = gout if gout is not None else _grad_output_for(out, 0)
     gs = torch.autograd.grad(out, leaves, g, allow_unused=True)
-    return out.detach(), {f"grad_{n}": (gr if gr is not None else torch.zeros_like(args[n]))
-                          for n, gr in zip(diff_names, gs)}
+    return out.detach(), {
+        f"grad_{n}": (gr if gr is not None else torch.zeros_like(args[n])) for n, gr in zip(diff_names, gs)
+    }
 
 
-def check_op(op: str, *args, backends: Iterable[BackendSpec] | None = None, grads: bool = True,
-             grad_output: Tensor | None = None, seed: int = 0, budget_factor: float = 1.0, case: str | None = None,
-             **kwargs) -> OpReport:
+def check_op(
+    op: str,
+    *args,
+    backends: Iterable[BackendSpec] | None = None,
+    grads: bool = True,
+    grad_output: Tensor | None = None,
+    seed: int = 0,
+    budget_factor: float = 1.0,
+    case: str | None = None,
+    **kwargs,
+) -> OpReport:
     """Runs xkernels op `op` ('fused_linear_relu', 'conv2d' or 'layer_norm') with the given
     arguments (as for ``xkernels.<op>``) on every available backend for the inputs' device (or
     `backends`: names, 'torch', or (name, context-factory) pairs), forward and — with `grads`
@@ -428,15 +485,18 @@ def check_op(op: str, *args, backends: Iterable[BackendSpec] | None = None, grad
     x = call_args["input"]
     dtype, device = x.dtype, x.device
     diff_names = [n for n, v in call_args.items() if isinstance(v, Tensor) and v.is_floating_point()]
-    report = OpReport(op, case if case is not None else _case_string(op, call_args, sig),
-                      str(dtype).replace("torch.", ""), str(device))
+    report = OpReport(
+        op,
+        case if case is not None else _case_string(op, call_args, sig),
+        str(dtype).replace("torch.", ""),
+        str(device),
+    )
 
     # The oracle: float64 on the CPU, from the very same (dtype-rounded) values.
     oracle_args = {k: reference.to_oracle(v) for k, v in call_args.items()}
     fn = reference.FUNCTIONS[op]
     ref_out, _ = _run_op(op, oracle_args, diff_names, False, None, fn=fn)
-    g64 = grad_output.detach().to("cpu", torch.float64) if grad_output is not None else \
-        _grad_output_for(ref_out, seed)
+    g64 = grad_output.detach().to("cpu", torch.float64) if grad_output is not None else _grad_output_for(ref_out, seed)
     gout = g64.to(dtype=dtype, device=device)
     ref_grads = None
     if grads and op != "fused_linear_relu":
@@ -479,8 +539,11 @@ def check_op(op: str, *args, backends: Iterable[BackendSpec] | None = None, grad
                 if torch_out is not None:
                     _, t_grads = _run_op(op, dict(call_args, relu_mask=mask), diff_names, True, gout, fn=fn)
             for gname, gval in got_grads.items():
-                res.tensors.append(tensor_error(gname, gval, r_grads[gname], dtype,
-                                                t_grads[gname] if t_grads else None, budget_factor, note))
+                res.tensors.append(
+                    tensor_error(
+                        gname, gval, r_grads[gname], dtype, t_grads[gname] if t_grads else None, budget_factor, note
+                    )
+                )
         report.results.append(res)
     return report
 
@@ -561,11 +624,17 @@ class ModelBackendResult:
 
     def as_dict(self) -> dict:
         f, b = self.first_forward_divergence, self.first_backward_divergence
-        return {"backend": self.backend, "passed": self.passed, "error": self.error, "note": self.note,
-                "seconds": self.seconds,
-                "first_forward_divergence": f.as_dict() if f else None,
-                "first_backward_divergence": b.as_dict() if b else None,
-                "entries": [e.as_dict() for e in self.entries], "dispatch": self.dispatch}
+        return {
+            "backend": self.backend,
+            "passed": self.passed,
+            "error": self.error,
+            "note": self.note,
+            "seconds": self.seconds,
+            "first_forward_divergence": f.as_dict() if f else None,
+            "first_backward_divergence": b.as_dict() if b else None,
+            "entries": [e.as_dict() for e in self.entries],
+            "dispatch": self.dispatch,
+        }
 
 
 @dataclass
@@ -580,16 +649,24 @@ class ModelReport:
         return all(r.passed for r in self.results if r.backend != "torch")
 
     def as_dict(self) -> dict:
-        return {"model": self.model, "dtype": self.dtype, "device": self.device, "passed": self.passed,
-                "results": [r.as_dict() for r in self.results]}
+        return {
+            "model": self.model,
+            "dtype": self.dtype,
+            "device": self.device,
+            "passed": self.passed,
+            "results": [r.as_dict() for r in self.results],
+        }
 
     def to_json(self, **kw) -> str:
         return json.dumps(self.as_dict(), **kw)
 
     def summary_table(self):
         from rich.table import Table
-        t = Table(title=f"model parity: {self.model} ({self.dtype} on {self.device}) vs float64 reference",
-                  title_justify="left")
+
+        t = Table(
+            title=f"model parity: {self.model} ({self.dtype} on {self.device}) vs float64 reference",
+            title_justify="left",
+        )
         for col in ("backend", "result", "first forward divergence", "first backward divergence", "dispatch"):
             t.add_column(col)
         for r in self.results:
@@ -597,15 +674,19 @@ class ModelReport:
                 t.add_row(r.backend, "[red]ERROR[/]", r.error, "", "")
                 continue
             f, b = r.first_forward_divergence, r.first_backward_divergence
-            t.add_row(r.backend, _verdict(r.passed) if r.backend != "torch" else "[dim]baseline[/]",
-                      f"{f.label} {f.tensor}: {_fmt(f.error.max_abs)} > {_fmt(f.error.budget)}" if f else "none",
-                      f"{b.label} {b.kind} {b.tensor}: {_fmt(b.error.max_abs)} > {_fmt(b.error.budget)}" if b
-                      else "none", _dispatch_summary(r.dispatch) +
-                      ("" if r.dispatch_ok else f" [red]{_dispatch_note(r.backend, r.dispatch)}[/]"))
+            t.add_row(
+                r.backend,
+                _verdict(r.passed) if r.backend != "torch" else "[dim]baseline[/]",
+                f"{f.label} {f.tensor}: {_fmt(f.error.max_abs)} > {_fmt(f.error.budget)}" if f else "none",
+                f"{b.label} {b.kind} {b.tensor}: {_fmt(b.error.max_abs)} > {_fmt(b.error.budget)}" if b else "none",
+                _dispatch_summary(r.dispatch)
+                + ("" if r.dispatch_ok else f" [red]{_dispatch_note(r.backend, r.dispatch)}[/]"),
+            )
         return t
 
     def detail_table(self, backend: str, kinds=("output", "grad_output", "param_grad")):
         from rich.table import Table
+
         r = next(x for x in self.results if x.backend == backend)
         t = Table(title=f"{backend}: module by module", title_justify="left")
         for col in ("#", "module", "kind", "tensor", "max abs", "ULPs", "x torch", "budget", "result"):
@@ -615,8 +696,17 @@ class ModelReport:
             if e.kind not in kinds:
                 continue
             mark = " [bold red]<- first[/]" if id(e) in first else ""
-            t.add_row(str(e.order), e.label, e.kind, e.tensor, _fmt(e.error.max_abs), _fmt(e.error.max_ulp, 1),
-                      _fmt_ratio(e.error.ratio_to_torch), _fmt(e.error.budget), _verdict(e.error.passed) + mark)
+            t.add_row(
+                str(e.order),
+                e.label,
+                e.kind,
+                e.tensor,
+                _fmt(e.error.max_abs),
+                _fmt(e.error.max_ulp, 1),
+                _fmt_ratio(e.error.ratio_to_torch),
+                _fmt(e.error.budget),
+                _verdict(e.error.passed) + mark,
+            )
         return t
 
     def print(self, console=None, details: str = "failing") -> None:
@@ -647,6 +737,7 @@ def _dispatch_summary(events: list[dict]) -> str:
 def dispatch_table(events: list[dict], title: str = "dispatch record"):
     """Which backend ran each xkernels op (calls), with fallback reasons."""
     from rich.table import Table
+
     t = Table(title=title, title_justify="left")
     for col in ("op", "ran on", "device", "calls", "fallback reason"):
         t.add_column(col, justify="right" if col == "calls" else "left")
@@ -705,10 +796,12 @@ def _trace(model: nn.Module, inputs, backward: bool, seed: int, ctx) -> _Trace:
             tr.dtypes[("out",) + key] = t.dtype
             tr.order.append((name, type(mod).__name__, call, tname))
             if backward and t.requires_grad:
+
                 def grad_hook(g, key=key, mod=mod):
                     tr.grad_outputs[key] = g.detach().to("cpu", torch.float64, copy=True)
                     tr.dtypes[("grad",) + key] = g.dtype
                     tr.grad_order.append((key[0], type(mod).__name__, key[1], key[2]))
+
                 t.register_hook(grad_hook)
 
     for _n, m in model.named_modules():
@@ -734,8 +827,9 @@ def _trace(model: nn.Module, inputs, backward: bool, seed: int, ctx) -> _Trace:
                     pg = torch.autograd.grad([t for _, t in diff], [p for _, p in params], gs, allow_unused=True)
                     for (pn, p), g in zip(params, pg):
                         mod, _, leaf = pn.rpartition(".")
-                        tr.param_grads[(mod, leaf)] = (g if g is not None else torch.zeros_like(p)).detach().to(
-                            "cpu", torch.float64, copy=True)
+                        tr.param_grads[(mod, leaf)] = (
+                            (g if g is not None else torch.zeros_like(p)).detach().to("cpu", torch.float64, copy=True)
+                        )
                         tr.dtypes[("param", mod, leaf)] = p.dtype
         tr.dispatch = _events(rec)
     finally:
@@ -753,9 +847,16 @@ def _model_dtype_device(model: nn.Module, inputs) -> tuple[torch.dtype, torch.de
     return torch.get_default_dtype(), torch.device("cpu")
 
 
-def check_model(model: nn.Module, inputs, backends: Iterable[BackendSpec] | None = None, backward: bool = True,
-                seed: int = 0, budget_factor: float = 1.0, include_torch: bool = True,
-                name: str | None = None) -> ModelReport:
+def check_model(
+    model: nn.Module,
+    inputs,
+    backends: Iterable[BackendSpec] | None = None,
+    backward: bool = True,
+    seed: int = 0,
+    budget_factor: float = 1.0,
+    include_torch: bool = True,
+    name: str | None = None,
+) -> ModelReport:
     """Model-level parity: runs `model` (never modified: each backend gets a deep copy) on
     `inputs` (a tensor, a tuple/list of positional arguments, or a dict of keyword arguments)
     forward and, with `backward`, backward from a seeded random gradient, under each backend
@@ -770,8 +871,9 @@ def check_model(model: nn.Module, inputs, backends: Iterable[BackendSpec] | None
     report = ModelReport(name or type(model).__name__, str(dtype).replace("torch.", ""), str(device))
 
     model64 = copy.deepcopy(model).to(device="cpu", dtype=torch.float64)
-    inputs64 = _map_tensors(inputs, lambda t: t.detach().to("cpu", torch.float64) if t.is_floating_point()
-                            else t.to("cpu"))
+    inputs64 = _map_tensors(
+        inputs, lambda t: t.detach().to("cpu", torch.float64) if t.is_floating_point() else t.to("cpu")
+    )
     oracle = _trace(model64, inputs64, backward, seed, lambda: use_backend("reference"))
     del model64
 
@@ -783,8 +885,11 @@ def check_model(model: nn.Module, inputs, backends: Iterable[BackendSpec] | None
         res = ModelBackendResult(bname)
         t0 = time.perf_counter()
         try:
-            tr = baseline if (bname == "torch" and baseline is not None) else \
-                _trace(copy.deepcopy(model), inputs, backward, seed, ctx)
+            tr = (
+                baseline
+                if (bname == "torch" and baseline is not None)
+                else _trace(copy.deepcopy(model), inputs, backward, seed, ctx)
+            )
         except Exception as e:  # noqa: BLE001 - reported per backend
             res.error = f"{type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ''}"
             res.seconds = time.perf_counter() - t0
@@ -809,8 +914,15 @@ def _compare_traces(tr: _Trace, oracle: _Trace, base: _Trace | None, factor) -> 
         dt = tr.dtypes[("out",) + key]
         if dt not in BUDGETS:
             continue
-        err = tensor_error(tname, tr.outputs[key], oracle.outputs[key], dt,
-                           base.outputs.get(key) if base else None, factor, check_dtype=False)
+        err = tensor_error(
+            tname,
+            tr.outputs[key],
+            oracle.outputs[key],
+            dt,
+            base.outputs.get(key) if base else None,
+            factor,
+            check_dtype=False,
+        )
         entries.append(ModuleEntry(i, mod, typ, call, "output", tname, err))
     # Backward: gradients reaching module outputs, in the order backward produced them;
     # each module's parameter gradients right after the gradient of its (last) output call.
@@ -831,15 +943,29 @@ def _compare_traces(tr: _Trace, oracle: _Trace, base: _Trace | None, factor) -> 
             dt = tr.dtypes[("param",) + key]
             if dt not in BUDGETS:
                 continue
-            err = tensor_error(p, tr.param_grads[key], oracle.param_grads[key], dt,
-                               base.param_grads.get(key) if base else None, factor, check_dtype=False)
+            err = tensor_error(
+                p,
+                tr.param_grads[key],
+                oracle.param_grads[key],
+                dt,
+                base.param_grads.get(key) if base else None,
+                factor,
+                check_dtype=False,
+            )
             entries.append(ModuleEntry(len(entries), mod, types.get(mod, "?"), 0, "param_grad", p, err))
 
     for mod, typ, call, tname in tr.grad_order:
         key = (mod, call, tname)
         if key in oracle.grad_outputs and tr.dtypes[("grad",) + key] in BUDGETS:
-            err = tensor_error(tname, tr.grad_outputs[key], oracle.grad_outputs[key], tr.dtypes[("grad",) + key],
-                               base.grad_outputs.get(key) if base else None, factor, check_dtype=False)
+            err = tensor_error(
+                tname,
+                tr.grad_outputs[key],
+                oracle.grad_outputs[key],
+                tr.dtypes[("grad",) + key],
+                base.grad_outputs.get(key) if base else None,
+                factor,
+                check_dtype=False,
+            )
             entries.append(ModuleEntry(len(entries), mod, typ, call, "grad_output", tname, err))
         if call == 0:  # backward reaches the first call last: all of this module's uses are summed
             add_params(mod)
@@ -856,10 +982,19 @@ def summary_table(reports: Sequence[OpReport], title: str = "op parity vs float6
     with their ratio to PyTorch's), the share of the budget used by the worst tensor, and the
     verdict (naming the failing tensors). Rows are grouped by op (a section per op)."""
     from rich.table import Table
+
     t = Table(title=title, title_justify="left")
-    for col, just in (("op / case", "left"), ("dtype", "left"), ("backend", "left"), ("fwd err", "right"),
-                      ("x torch", "right"), ("bwd err", "right"), ("x torch", "right"), ("used", "right"),
-                      ("result", "left")):
+    for col, just in (
+        ("op / case", "left"),
+        ("dtype", "left"),
+        ("backend", "left"),
+        ("fwd err", "right"),
+        ("x torch", "right"),
+        ("bwd err", "right"),
+        ("x torch", "right"),
+        ("used", "right"),
+        ("result", "left"),
+    ):
         t.add_column(col, justify=just)
     current_op = None
     for rep in reports:
@@ -880,11 +1015,17 @@ def summary_table(reports: Sequence[OpReport], title: str = "op parity vs float6
             worst = r.worst()
             fails = [e.name for e in r.tensors if not e.passed] + ([] if r.dispatch_ok else ["ran elsewhere"])
             used = worst.budget_used if worst else 0.0
-            t.add_row(case, rep.dtype, r.backend,
-                      _fmt(fwd.max_abs) if fwd else "", _fmt_ratio(fwd.ratio_to_torch) if fwd else "",
-                      _fmt(bwd.max_abs) if bwd else "-", _fmt_ratio(bwd.ratio_to_torch) if bwd else "",
-                      f"{used:.0%}" if math.isfinite(used) and used < 100 else ">100x",
-                      _verdict(r.passed, ",".join(fails)))
+            t.add_row(
+                case,
+                rep.dtype,
+                r.backend,
+                _fmt(fwd.max_abs) if fwd else "",
+                _fmt_ratio(fwd.ratio_to_torch) if fwd else "",
+                _fmt(bwd.max_abs) if bwd else "-",
+                _fmt_ratio(bwd.ratio_to_torch) if bwd else "",
+                f"{used:.0%}" if math.isfinite(used) and used < 100 else ">100x",
+                _verdict(r.passed, ",".join(fails)),
+            )
     return t
 
 

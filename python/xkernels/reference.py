@@ -7,6 +7,7 @@ which every ``torch.ops.xkernels.*`` call (forward and backward, eager or traced
 autograd) runs the matching PyTorch/ATen ops instead, in the caller's dtype and device: the
 "torch" pseudo-backend of the parity reports, for whole models as well as single ops.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -21,8 +22,9 @@ from torch.utils._python_dispatch import TorchDispatchMode
 __all__ = ["fused_linear_relu", "conv2d", "layer_norm", "FUNCTIONS", "oracle", "to_oracle", "torch_ops"]
 
 
-def fused_linear_relu(input: Tensor, weight: Tensor, bias: Tensor | None = None,
-                      relu_mask: Tensor | None = None) -> Tensor:
+def fused_linear_relu(
+    input: Tensor, weight: Tensor, bias: Tensor | None = None, relu_mask: Tensor | None = None
+) -> Tensor:
     """relu(input @ weight.T + bias).
 
     With ``relu_mask`` (a boolean tensor of the output's shape) the ReLU is replaced by a
@@ -35,16 +37,22 @@ def fused_linear_relu(input: Tensor, weight: Tensor, bias: Tensor | None = None,
     return F.relu(z) if relu_mask is None else z * relu_mask.to(z.dtype)
 
 
-def conv2d(input: Tensor, weight: Tensor, bias: Tensor | None = None, stride=1, padding=0, dilation=1,
-           groups: int = 1) -> Tensor:
+def conv2d(
+    input: Tensor, weight: Tensor, bias: Tensor | None = None, stride=1, padding=0, dilation=1, groups: int = 1
+) -> Tensor:
     """torch.nn.functional.conv2d."""
     with warnings.catch_warnings():  # 'same' with an even kernel: "may require a zero-padded copy"
         warnings.filterwarnings("ignore", message=".*padding='same'.*", category=UserWarning)
         return F.conv2d(input, weight, bias, stride, padding, dilation, groups)
 
 
-def layer_norm(input: Tensor, normalized_shape: int | Sequence[int], weight: Tensor | None = None,
-               bias: Tensor | None = None, eps: float = 1e-5) -> Tensor:
+def layer_norm(
+    input: Tensor,
+    normalized_shape: int | Sequence[int],
+    weight: Tensor | None = None,
+    bias: Tensor | None = None,
+    eps: float = 1e-5,
+) -> Tensor:
     """torch.nn.functional.layer_norm."""
     if isinstance(normalized_shape, int):
         normalized_shape = [normalized_shape]
@@ -77,10 +85,6 @@ def _empty(like: Tensor) -> Tensor:
     return like.new_empty((0,))
 
 
-def _t_fused_linear_relu(input, weight, bias=None):
-    return fused_linear_relu(input, weight, bias)
-
-
 def _t_fused_linear_relu_backward(grad_output, input, weight, output, output_mask):
     # What autograd does for relu(linear(...)) in this dtype, with the mask of the given output.
     g = grad_output * (output > 0).to(grad_output.dtype)
@@ -91,17 +95,23 @@ def _t_fused_linear_relu_backward(grad_output, input, weight, output, output_mas
     return gi, gw, gb
 
 
-def _t_conv2d(input, weight, bias=None, stride=(1, 1), padding=(0, 0), dilation=(1, 1), groups=1):
-    return F.conv2d(input, weight, bias, stride, padding, dilation, groups)
-
-
 def _t_conv2d_backward(grad_output, input, weight, stride, padding, dilation, groups, output_mask):
     batched = input.dim() == 4
     x = input if batched else input.unsqueeze(0)
     g = grad_output if batched else grad_output.unsqueeze(0)
     gi, gw, gb = torch.ops.aten.convolution_backward(
-        g, x, weight, [weight.shape[0]], list(stride), list(padding), list(dilation), False, [0, 0], groups,
-        list(output_mask))
+        g,
+        x,
+        weight,
+        [weight.shape[0]],
+        list(stride),
+        list(padding),
+        list(dilation),
+        False,
+        [0, 0],
+        groups,
+        list(output_mask),
+    )
     gi = (gi if batched else gi.squeeze(0)) if output_mask[0] else _empty(input)
     return gi, gw if output_mask[1] else _empty(weight), gb if output_mask[2] else _empty(weight)
 
@@ -120,20 +130,21 @@ def _t_layer_norm_backward(grad_output, input, normalized_shape, mean, rstd, wei
     mask = [output_mask[0], output_mask[1] and weight is not None, output_mask[2] and bias is not None]
     try:
         gi, gw, gb = torch.ops.aten.native_layer_norm_backward(
-            grad_output, input, list(normalized_shape), mean, rstd, weight, bias, mask)
+            grad_output, input, list(normalized_shape), mean, rstd, weight, bias, mask
+        )
     except RuntimeError:
         # ATen's CPU kernels keep half/bfloat16 statistics in the input dtype (CUDA's in float32):
         # the statistics came from ATen's own forward, so this cast back is exact.
         gi, gw, gb = torch.ops.aten.native_layer_norm_backward(
-            grad_output, input, list(normalized_shape), mean.to(input.dtype), rstd.to(input.dtype), weight, bias,
-            mask)
+            grad_output, input, list(normalized_shape), mean.to(input.dtype), rstd.to(input.dtype), weight, bias, mask
+        )
     return (gi if mask[0] else _empty(input), gw if mask[1] else _empty(input), gb if mask[2] else _empty(input))
 
 
 _TORCH_IMPLS = {
-    "fused_linear_relu": _t_fused_linear_relu,
+    "fused_linear_relu": fused_linear_relu,
     "fused_linear_relu_backward": _t_fused_linear_relu_backward,
-    "conv2d": _t_conv2d,
+    "conv2d": F.conv2d,
     "conv2d_backward": _t_conv2d_backward,
     "layer_norm_forward": _t_layer_norm_forward,
     "layer_norm_backward": _t_layer_norm_backward,
