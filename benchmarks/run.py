@@ -66,7 +66,8 @@ def main(argv=None):
     ap.add_argument("--ops", nargs="+",
                     default=["fused_linear_relu", "conv2d", "layer_norm", "layer_norm.out", "FusedLinearReLU"])
     ap.add_argument("--providers", nargs="+", default=None,
-                    help="e.g. sycl sycl-unpacked reference torch copy torch.compile ipex (default: all available)")
+                    help="e.g. sycl sycl-unpacked reference torch copy torch.compile torch.compile+freezing "
+                         "(default: all available)")
     ap.add_argument("--dtypes", nargs="+", default=None, help="default: float32 (+ bfloat16 unless --quick)")
     ap.add_argument("--modes", nargs="+", default=["fwd", "fwd+bwd"], choices=["fwd", "fwd+bwd"])
     ap.add_argument("--repeats", type=int, default=5)
@@ -81,7 +82,7 @@ def main(argv=None):
     elif args.providers is None:
         # The reference backend is the plain-loop oracle, not a contender: at ~1 GFLOP/s it took two thirds of
         # the standard suite's time. --providers reference ... adds it back.
-        args.providers = ["sycl", "sycl-unpacked", "cuda", "torch", "copy", "torch.compile", "ipex"]
+        args.providers = ["sycl", "sycl-unpacked", "cuda", "torch", "copy", "torch.compile", "torch.compile+freezing"]
 
     prov = provenance()
     providers = all_providers(args.providers)
