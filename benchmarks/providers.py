@@ -151,9 +151,9 @@ def _freezing_provider() -> Provider:
                                                                  "FusedLinearReLU"}), modes=frozenset({"fwd"}))
 
 
-# No "ipex" provider here: Intel Extension for PyTorch optimizes modules (ipex.optimize(model)), it has no versions
-# of these functional ops, and it pins its own torch (2.8); a provider under its name that ran torch's ops measured
-# nothing of IPEX. Its model-level provider is in benchmarks/models.py (docs/performance.md, "IPEX").
+# No "ipex" provider: Intel Extension for PyTorch optimizes modules (ipex.optimize(model)), it has no versions of
+# these functional ops, and it pins torch 2.8, against which xkernels does not build; the provider that stood here
+# ran torch's own ops under IPEX's name. docs/performance.md, "Intel Extension for PyTorch (IPEX)".
 
 
 def all_providers(names: list[str] | None = None) -> list[Provider]:

@@ -100,20 +100,13 @@ def test_model_benchmark_times_only_checked_providers(mode):
     assert "median_ms" not in bad and bad["note"].startswith("PARITY FAILED")
 
 
-def test_model_benchmark_provider_list_has_no_fake_ipex():
-    """An 'ipex' provider must really run ipex.optimize: without IPEX it is listed as unavailable."""
+def test_no_ipex_provider_in_the_benchmarks():
+    """No provider may carry IPEX's name unless it really runs ipex.optimize; none can be built here
+    (docs/performance.md), so there is none, in either suite."""
     from benchmarks import models as bm
     from benchmarks import providers as op_providers
 
-    provs = bm.all_providers(None)
-    names = [p.name for p in provs]
-    assert "torch.compile+freezing" in names
-    try:
-        import intel_extension_for_pytorch  # noqa: F401
-        have_ipex = True
-    except Exception:  # noqa: BLE001
-        have_ipex = False
-    ipex = [p for p in provs if p.name.startswith("ipex")]
-    assert len(ipex) == 1 and ipex[0].available == have_ipex
-    op_names = [p.name for p in op_providers.all_providers(None)]
-    assert "torch.compile+freezing" in op_names
+    names = [p.name for p in bm.all_providers(None)] + [p.name for p in op_providers.all_providers(None)]
+    assert not any("ipex" in n.lower() for n in names), names
+    assert "torch.compile+freezing" in [p.name for p in bm.all_providers(None)]
+    assert "torch.compile+freezing" in [p.name for p in op_providers.all_providers(None)]
