@@ -10,7 +10,10 @@
   int, pair, 'same', 'valid').
 
 ``optimize(model)`` swaps these in for ``nn.Linear`` + ``nn.ReLU`` pairs, ``nn.Conv2d`` and
-``nn.LayerNorm`` anywhere in a model, sharing the original Parameter objects.
+``nn.LayerNorm`` anywhere in a model, sharing the original Parameter objects. For an eval-mode model it also
+folds BatchNorm2d into the preceding convolution (``FoldedConv2d``; inference only, ``train()`` refuses) and
+rewrites conv -> [residual add] -> ReLU chains into ``Conv2dEpilogue`` calls, which all compute through
+``conv2d_epilogue()`` — the plug-in point of a fused conv epilogue op (see the optimize section below).
 """
 from __future__ import annotations
 
