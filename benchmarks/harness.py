@@ -1,5 +1,5 @@
-"""One harness for every provider: xkernels on each backend, torch eager, torch.compile,
-and Intel Extension for PyTorch where installed, on CPU tensors or (benchmarks/bench_cuda.py) CUDA tensors.
+"""One harness for every provider: xkernels on each backend, torch eager, torch.compile (plain and
+with freezing), on CPU tensors or (benchmarks/bench_cuda.py) CUDA tensors.
 
 Rules (README "Benchmarks"): correctness is checked against a float64 oracle before any
 timing, within the relative-to-torch error budget of xkernels.tolerances (PyTorch's own
@@ -103,6 +103,7 @@ class Provider:
     ops: frozenset | None = None  # the ops this provider runs (None: every op)
     checked: bool = True  # False: a baseline that computes something else (e.g. a plain copy
     # for the copy bandwidth), timed on the same inputs but not checked
+    modes: frozenset | None = None  # the modes ("fwd", "fwd+bwd") this provider runs (None: every mode)
 
 
 def _commit() -> str:
@@ -168,7 +169,12 @@ def time_case(case: Case, providers: list[Provider], repeats: int, min_time: flo
     rows = []
     warm_s: dict[str, float] = {}
     for p in providers:
-        if not p.available or (case.big and not p.handles_big) or (p.ops is not None and case.op not in p.ops):
+        if (
+            not p.available
+            or (case.big and not p.handles_big)
+            or (p.ops is not None and case.op not in p.ops)
+            or (p.modes is not None and case.mode not in p.modes)
+        ):
             continue
         try:
             outs = []

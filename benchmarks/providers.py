@@ -1,10 +1,10 @@
-"""The providers a benchmark compares: xkernels per backend, torch eager, torch.compile, IPEX."""
+"""The providers a benchmark compares: xkernels per backend, torch eager, torch.compile (plain, and with
+inductor's freezing for forward cases)."""
 
 from __future__ import annotations
 
-import importlib
-
 import torch
+import torch.nn.functional as F
 
 import xkernels
 from xkernels import _C
@@ -81,14 +81,78 @@ def _compile_provider() -> Provider:
     return Provider("torch.compile", lambda op, args, kwargs: compiled[op](*args, **kwargs))
 
 
-def _ipex_provider() -> Provider:
-    # Optional: Intel Extension for PyTorch pins its own torch (2.8); see README "Benchmarks" for the setup.
-    try:
-        ipex = importlib.import_module("intel_extension_for_pytorch")
-    except Exception as e:
-        return Provider("ipex", lambda *a: None, False, f"intel_extension_for_pytorch not importable ({e})")
-    del ipex
-    return Provider("ipex", lambda op, args, kwargs: TORCH_OPS[op](*args, **kwargs))
+class _FrozenOp(torch.nn.Module):
+    """torch's computation of one op case with its weight and bias held as Parameters (what inductor's freezing
+    folds into the compiled graph as constants); the activation is the only input."""
+
+    def __init__(self, op, args, kwargs):
+        super().__init__()
+        self.op, self.kwargs = op, dict(kwargs)
+        if op == "FusedLinearReLU":
+            w, b = args[0].weight, args[0].bias
+            self.fn, self.extra = TORCH_OPS["fused_linear_relu"], ()
+        elif op in ("fused_linear_relu", "conv2d"):
+            w, b = args[1], args[2] if len(args) > 2 else None
+            self.fn, self.extra = TORCH_OPS[op], ()
+        elif op == "layer_norm":
+            w, b = args[2], args[3]
+            self.fn, self.extra = F.layer_norm, (args[1],)
+        else:
+            raise ValueError(f"no frozen variant for {op}")
+        self.weight = torch.nn.Parameter(w.detach(), requires_grad=False)
+        self.bias = torch.nn.Parameter(b.detach(), requires_grad=False) if b is not None else None
+
+    def forward(self, x):
+        if self.op == "layer_norm":
+            return self.fn(x, *self.extra, self.weight, self.bias, **self.kwargs)
+        return self.fn(x, self.weight, self.bias, **self.kwargs)
+
+
+def _freezing_provider() -> Provider:
+    """torch.compile with torch._inductor.config.freezing = True, compiled and run under torch.no_grad() (how a user
+    compiles for CPU inference): weights become constants of the graph (and are pre-packed for oneDNN/MKL).
+    Forward cases only, and only ops with weights (not layer_norm.out)."""
+    import types
+
+    import torch._inductor.config as inductor_config
+
+    compiled: dict = {}
+
+    def fn(op, args, kwargs):
+        x = args[0] if op != "FusedLinearReLU" else args[1]
+        key = (op, tuple(id(a) for a in args))
+        with torch.no_grad():
+            if key not in compiled:
+                mod = _FrozenOp(op, args, kwargs)
+
+                def run(x):
+                    return mod(x)
+
+                # Own code object per case: dynamo's cache lives on the code object, and this graph has its own
+                # frozen constants.
+                run = types.FunctionType(
+                    run.__code__.replace(co_name=f"frozen_{len(compiled)}"),
+                    run.__globals__,
+                    "run",
+                    None,
+                    run.__closure__,
+                )
+                compiled[key] = (mod, torch.compile(run, dynamic=False))
+                with inductor_config.patch(freezing=True):
+                    return compiled[key][1](x)
+            return compiled[key][1](x)
+
+    return Provider(
+        "torch.compile+freezing",
+        fn,
+        ops=frozenset({"fused_linear_relu", "conv2d", "layer_norm", "FusedLinearReLU"}),
+        modes=frozenset({"fwd"}),
+    )
+
+
+# No "ipex" provider: Intel Extension for PyTorch optimizes modules (ipex.optimize(model)), it has no versions of
+# these functional ops, and it pins torch 2.8, against which xkernels does not build; the provider that stood here
+# ran torch's own ops under IPEX's name. docs/performance.md, "Intel Extension for PyTorch (IPEX)".
 
 
 def all_providers(names: list[str] | None = None) -> list[Provider]:
@@ -100,7 +164,7 @@ def all_providers(names: list[str] | None = None) -> list[Provider]:
         _torch_provider(),
         _copy_provider(),
         _compile_provider(),
-        _ipex_provider(),
+        _freezing_provider(),
     ]
     if names:
         provs = [p for p in provs if p.name in names or p.name.split("[")[-1].rstrip("]") in names]

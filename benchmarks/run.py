@@ -76,7 +76,8 @@ def main(argv=None):
         "--providers",
         nargs="+",
         default=None,
-        help="e.g. sycl sycl-unpacked reference torch copy torch.compile ipex (default: all available)",
+        help="e.g. sycl sycl-unpacked reference torch copy torch.compile torch.compile+freezing "
+        "(default: all available)",
     )
     ap.add_argument("--dtypes", nargs="+", default=None, help="default: float32 (+ bfloat16 unless --quick)")
     ap.add_argument("--modes", nargs="+", default=["fwd", "fwd+bwd"], choices=["fwd", "fwd+bwd"])
@@ -92,7 +93,7 @@ def main(argv=None):
     elif args.providers is None:
         # The reference backend is the plain-loop oracle, not a contender: at ~1 GFLOP/s it took two thirds of
         # the standard suite's time. --providers reference ... adds it back.
-        args.providers = ["sycl", "sycl-unpacked", "cuda", "torch", "copy", "torch.compile", "ipex"]
+        args.providers = ["sycl", "sycl-unpacked", "cuda", "torch", "copy", "torch.compile", "torch.compile+freezing"]
 
     prov = provenance()
     providers = all_providers(args.providers)
