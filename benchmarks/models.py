@@ -18,7 +18,8 @@ copy of the torch model with xkernels.parity's float32 budget (4x PyTorch's own 
 magnitude); for training, every parameter gradient of the first step is checked too, from the same provider
 set up on a float64 copy of the model (float64 budget; why float64: see run_case). A provider that fails is not
 timed, the failure is printed and recorded as a row without timing, and the exit status is 1. Timing: warm-up
-(compilation) excluded; then `--rounds` interleaved rounds, each running every provider for >= min-time / rounds seconds in turn; per provider the median time per
+(compilation) excluded; then `--rounds` interleaved rounds, each running every provider for >= min-time / rounds
+seconds in turn; per provider the median time per
 call, and the median over rounds of (provider time / xkernels time) = "peer/xk" (> 1: xkernels faster).
 Rows go to benchmarks/results/models.csv (the op suite's provenance columns plus warm-up time, parity and
 ratio), the plot to benchmarks/results/models.png.
