@@ -198,8 +198,3 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> conv2d_backward(const at::Tensor&
 }
 
 }  // namespace xkernels::reference
-
-TORCH_LIBRARY_IMPL(xkernels, CPU, m) {
-  m.impl("conv2d", &xkernels::entry::conv2d<xkernels::choose_cpu_backend>);
-  m.impl("conv2d_backward", &xkernels::entry::conv2d_backward<xkernels::choose_cpu_backend>);
-}

@@ -171,10 +171,3 @@ at::Tensor fused_linear_relu_packed(const at::Tensor& input, const at::Tensor& p
 }
 
 }  // namespace xkernels::reference
-
-TORCH_LIBRARY_IMPL(xkernels, CPU, m) {
-  m.impl("fused_linear_relu", &xkernels::entry::fused_linear_relu<xkernels::choose_cpu_backend>);
-  m.impl("fused_linear_relu_backward", &xkernels::entry::fused_linear_relu_backward<xkernels::choose_cpu_backend>);
-  m.impl("pack_linear_weight", &xkernels::entry::pack_linear_weight<xkernels::choose_cpu_backend>);
-  m.impl("fused_linear_relu_packed", &xkernels::entry::fused_linear_relu_packed<xkernels::choose_cpu_backend>);
-}

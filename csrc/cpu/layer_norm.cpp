@@ -138,9 +138,3 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> layer_norm_backward(const at::Ten
 }
 
 }  // namespace xkernels::reference
-
-TORCH_LIBRARY_IMPL(xkernels, CPU, m) {
-  m.impl("layer_norm_forward", &xkernels::entry::layer_norm_forward<xkernels::choose_cpu_backend>);
-  m.impl("layer_norm.out", &xkernels::entry::layer_norm_out<xkernels::choose_cpu_backend>);
-  m.impl("layer_norm_backward", &xkernels::entry::layer_norm_backward<xkernels::choose_cpu_backend>);
-}

@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include "sycl/aot/abi.h"
+#include "xkernels/backend.h"
 #include "sycl/kernels/tables.hpp"
 
 namespace xkernels::sycl_backend {
@@ -132,7 +133,7 @@ void AotLibrary::launch(size_t index, const std::string& label, int dims, const 
   TORCH_CHECK(wg <= traits_.max_work_group_size, "xkernels: launch of ", label, ": work-group size ", wg,
               " exceeds the acpp device limit ", traits_.max_work_group_size);
   char err[2048] = {0};
-  TORCH_CHECK(k.launch(global, local, params, err, sizeof(err)) == 0, "xkernels: acpp kernel ", label,
+  TORCH_CHECK(k.launch(global, local, params, /*queue=*/nullptr, err, sizeof(err)) == 0, "xkernels: acpp kernel ", label,
               " failed: ", err);
 }
 

@@ -32,8 +32,6 @@ namespace xkernels::entry {
 using Chooser = Backend (*)(const char* op, at::ScalarType dtype);
 using Grads = std::tuple<at::Tensor, at::Tensor, at::Tensor>;
 
-inline std::array<bool, 3> to_mask(std::array<bool, 3> m) { return m; }
-
 // Zeros in the given memory format. (at::zeros ignores TensorOptions' memory_format: the
 // aten op has no such argument; at::empty honours it.)
 inline at::Tensor zeros_in(at::IntArrayRef sizes, const at::TensorOptions& opts,
@@ -57,7 +55,7 @@ template <Chooser choose>
 Grads fused_linear_relu_backward(const at::Tensor& grad_output, const at::Tensor& input, const at::Tensor& weight,
                                  const at::Tensor& output, std::array<bool, 3> output_mask) {
   const LinearProblem p = check_fused_linear_relu_backward(grad_output, input, weight, output);
-  const auto mask = to_mask(output_mask);
+  const auto mask = output_mask;
   if (p.M == 0 || p.N == 0 || p.K == 0) {
     // Nothing to multiply: grad_input / grad_weight are zero; grad_bias sums the masked grad over rows.
     at::Tensor gi = mask[0] ? at::zeros_like(input, at::MemoryFormat::Contiguous) : empty_grad_like(input);
@@ -124,7 +122,7 @@ Grads conv2d_backward(const at::Tensor& grad_output, const at::Tensor& input, co
                       at::IntArrayRef stride, at::IntArrayRef padding, at::IntArrayRef dilation, int64_t groups,
                       std::array<bool, 3> output_mask) {
   const Conv2dProblem p = check_conv2d_backward(grad_output, input, weight, stride, padding, dilation, groups);
-  const auto mask = to_mask(output_mask);
+  const auto mask = output_mask;
   if (grad_output.numel() == 0 || input.numel() == 0 || weight.numel() == 0) {
     // Same memory formats as the backends (and the fake in ops.py): the problem's format,
     // grad_input contiguous 3-D when unbatched (p.channels_last is false then).
@@ -198,7 +196,7 @@ Grads layer_norm_backward(const at::Tensor& grad_output, const at::Tensor& input
                           const at::Tensor& mean, const at::Tensor& rstd, const std::optional<at::Tensor>& weight,
                           const std::optional<at::Tensor>& bias, std::array<bool, 3> output_mask) {
   const LayerNormProblem p = check_layer_norm_backward(grad_output, input, normalized_shape, mean, rstd, weight, bias);
-  auto mask = to_mask(output_mask);
+  auto mask = output_mask;
   const at::Tensor w = value_or_undefined(weight);
   mask[1] = mask[1] && w.defined();  // no parameter, no grad (an empty tensor)
   mask[2] = mask[2] && bias.has_value() && bias->defined();

@@ -34,6 +34,14 @@
 #include <cstdint>
 #include <type_traits>
 
+// Loop unrolling hint for device compilers (the run-time compiler, clang-based ahead-of-time compilers);
+// the host compiler, which sees kernel files for their tables only, gets nothing.
+#if defined(__SYCL_DEVICE_ONLY__) || defined(__clang__)
+#define XK_UNROLL _Pragma("unroll")
+#else
+#define XK_UNROLL
+#endif
+
 namespace xk {
 
 // ------------------------------------------------------------------ element types

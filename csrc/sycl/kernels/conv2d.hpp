@@ -1,6 +1,7 @@
-// conv2d kernels (forward, grad_input, grad_weight, grad_bias) as SYCL free-function
-// kernels: the single source for every SYCL device. No torch headers here; the host
-// wrapper (csrc/sycl/conv2d.cpp) packs the weight, chooses the tile shape and launches.
+// conv2d kernels (forward, grad_input, grad_weight, grad_bias) in the portable form (common.hpp):
+// the single source for every SYCL implementation and device. The table (descriptors and their
+// parameter structs) comes first, the bodies after it. No torch headers here; the host wrapper
+// (csrc/sycl/conv2d.cpp) packs the weight, chooses the tile shape and launches.
 //
 // Implicit GEMM. A "destination pixel" GEMM computes, for every destination pixel m
 // and destination channel j of group g,
@@ -15,7 +16,9 @@
 // split across work-groups into float/double partial sums that a second kernel adds in a
 // fixed order (deterministic), writing the weight gradient in the requested memory format.
 //
-// Work decomposition (CPU device: a work-group is one sub-group, one lane is one SIMD lane;
+// Work decomposition (a work-group is S lanes: its work-items. On the CPU device under DPC++ they are
+// one sub-group, one lane per SIMD lane; under AdaptiveCpp they are plain work-items. Nothing here
+// relies on the sub-group size for correctness;
 // local memory and barriers do not pay there, register blocking does): a work-group owns R
 // destination pixels x (S*Q) destination channels; lane l holds channels l, l+S, ... l+(Q-1)S
 // of all R pixels, i.e. R*Q accumulators. Per reduction step it loads Q weight vectors
@@ -140,7 +143,7 @@ inline void tile_pixels(int64_t m0, int64_t M, int64_t Hd, int64_t Wd, int64_t (
   int64_t n = m0 / HWd;
   const int64_t rem = m0 - n * HWd;
   int64_t y = rem / Wd, x = rem - y * Wd;
-#pragma unroll
+XK_UNROLL
   for (int r = 0; r < R; ++r) {
     pn[r] = n;
     py[r] = y;
@@ -258,9 +261,9 @@ void conv2d_igemm<DST_CL, S, R, Q>::run(item_arg<1> ia, const params<T>& p) {
     tile_pixels<R>(m0, M, Hd, Wd, pn, py, px);
 
     A acc[R][Q];
-#pragma unroll
+XK_UNROLL
     for (int r = 0; r < R; ++r)
-#pragma unroll
+XK_UNROLL
       for (int q = 0; q < Q; ++q) acc[r][q] = A(0);
 
     const T* wg = wpk + g * KH * KW * Csg * Cd_pad + ct * (S * Q) + lane;
@@ -274,7 +277,7 @@ void conv2d_igemm<DST_CL, S, R, Q>::run(item_arg<1> ia, const params<T>& p) {
         // backward: a NaN/Inf weight must not turn 0 * w into NaN there). The forward keeps
         // multiplying padding by the weight: PyTorch's forward makes those outputs NaN too.
         bool skip[R];
-#pragma unroll
+XK_UNROLL
         for (int r = 0; r < R; ++r) {
           int64_t sy, sx;
           const bool valid = source_tap(transposed, py[r], px[r], kh, kw, Hs, Ws, sh, sw, ph, pw, dh, dw, sy, sx);
@@ -285,13 +288,13 @@ void conv2d_igemm<DST_CL, S, R, Q>::run(item_arg<1> ia, const params<T>& p) {
         const T* wk = wg + (kh * KW + kw) * Csg * Cd_pad;
         for (int64_t i = 0; i < Csg; ++i) {
           A w[Q];
-#pragma unroll
+XK_UNROLL
           for (int q = 0; q < Q; ++q) w[q] = load<T>(wk, i * Cd_pad + q * S);
-#pragma unroll
+XK_UNROLL
           for (int r = 0; r < R; ++r) {
             if (skip[r]) continue;  // uniform across the sub-group: no divergence
             const A a = load<T>(sp[r], i * cs[r]);
-#pragma unroll
+XK_UNROLL
             for (int q = 0; q < Q; ++q) acc[r][q] = sycl::fma(a, w[q], acc[r][q]);
           }
         }
@@ -299,13 +302,13 @@ void conv2d_igemm<DST_CL, S, R, Q>::run(item_arg<1> ia, const params<T>& p) {
     }
 
     // Epilogue: bias, convert, store the valid pixels and channels.
-#pragma unroll
+XK_UNROLL
     for (int q = 0; q < Q; ++q) {
       const int64_t j = ct * (S * Q) + q * S + lane;
       if (j < Cdg) {
         const int64_t ch = g * Cdg + j;
         const A b = bias != nullptr ? load<T>(bias, ch) : A(0);
-#pragma unroll
+XK_UNROLL
         for (int r = 0; r < R; ++r) {
           if (m0 + r < M) {
             const int64_t o = dst_offset<DST_CL>(m0 + r, pn[r], ch, py[r], px[r], Cd, HWd, Wd);
@@ -378,7 +381,7 @@ void conv2d_igemm_groups<DST_CL, S, R>::run(item_arg<1> ia, const params<T>& p) 
     tile_pixels<R>(m0, M, Hd, Wd, pn, py, px);
 
     A acc[R];
-#pragma unroll
+XK_UNROLL
     for (int r = 0; r < R; ++r) acc[r] = A(0);
 
     const T* lane_src = src + g * Csg * sC;  // this lane's group, source channel 0
@@ -387,7 +390,7 @@ void conv2d_igemm_groups<DST_CL, S, R>::run(item_arg<1> ia, const params<T>& p) 
         // Pixel offset of each destination pixel at this tap (0 when outside: read, then dropped).
         int64_t off[R];
         bool ok[R];
-#pragma unroll
+XK_UNROLL
         for (int r = 0; r < R; ++r) {
           int64_t sy, sx;
           const bool valid = source_tap(transposed, py[r], px[r], kh, kw, Hs, Ws, sh, sw, ph, pw, dh, dw, sy, sx);
@@ -397,7 +400,7 @@ void conv2d_igemm_groups<DST_CL, S, R>::run(item_arg<1> ia, const params<T>& p) 
         const T* wk = wpk + ((kh * KW + kw) * Csg * Cdg + j) * G_pad + g;
         for (int64_t i = 0; i < Csg; ++i) {
           const A w = load<T>(wk, i * Cdg * G_pad);
-#pragma unroll
+XK_UNROLL
           for (int r = 0; r < R; ++r) {
             if (transposed && !ok[r]) continue;  // grad_input: taps outside grad_output add nothing
             A v = A(0);
@@ -412,7 +415,7 @@ void conv2d_igemm_groups<DST_CL, S, R>::run(item_arg<1> ia, const params<T>& p) 
     if (gin) {
       const int64_t ch = g * Cdg + j;
       const A b = bias != nullptr ? load<T>(bias, ch) : A(0);
-#pragma unroll
+XK_UNROLL
       for (int r = 0; r < R; ++r) {
         if (m0 + r < M) {
           const int64_t o = dst_offset<DST_CL>(m0 + r, pn[r], ch, py[r], px[r], Cd, HWd, Wd);
@@ -487,10 +490,10 @@ void conv2d_grad_weight<S, R, Q>::run(item_arg<1> ia, const params<T>& p) {
   // Input channels past Cpg (last block) re-read channel c0 and their sums are not stored,
   // so the loads need no condition; output-channel lanes past Opg load masked (zero).
   int64_t xoff[R];
-#pragma unroll
+XK_UNROLL
   for (int r = 0; r < R; ++r) xoff[r] = ((c0 + r < Cpg) ? r : 0) * sC;
   bool oin[Q];
-#pragma unroll
+XK_UNROLL
   for (int q = 0; q < Q; ++q) oin[q] = o0 + q * S < Opg;
 
   // Output columns whose input column ix = ox*sw - pw + kw*dw is inside [0, W): [ox_lo, ox_hi).
@@ -500,9 +503,9 @@ void conv2d_grad_weight<S, R, Q>::run(item_arg<1> ia, const params<T>& p) {
   const int64_t ox_hi = ox_hi_raw < OW ? ox_hi_raw : OW;
 
   A acc[R][Q];
-#pragma unroll
+XK_UNROLL
   for (int r = 0; r < R; ++r)
-#pragma unroll
+XK_UNROLL
     for (int q = 0; q < Q; ++q) acc[r][q] = A(0);
 
   // Walk the split's pixels row by row: (n, oy) rows, the valid column range of each.
@@ -519,22 +522,22 @@ void conv2d_grad_weight<S, R, Q>::run(item_arg<1> ia, const params<T>& p) {
     const int64_t xstep = sw * sW;
     for (int64_t ox = lo0; ox < hi0; ++ox, gp += O, xp += xstep) {
       A gv[Q];
-#pragma unroll
+XK_UNROLL
       for (int q = 0; q < Q; ++q) gv[q] = oin[q] ? load<T>(gp, q * S) : A(0);
-#pragma unroll
+XK_UNROLL
       for (int r = 0; r < R; ++r) {
         const A a = load<T>(xp, xoff[r]);
-#pragma unroll
+XK_UNROLL
         for (int q = 0; q < Q; ++q) acc[r][q] = sycl::fma(gv[q], a, acc[r][q]);
       }
     }
   }
 
   A* pp = part + ((((s * G + g) * KH + kh) * KW + kw) * Cpg + c0) * Opg_pad + o0;
-#pragma unroll
+XK_UNROLL
   for (int r = 0; r < R; ++r) {
     if (c0 + r < Cpg) {
-#pragma unroll
+XK_UNROLL
       for (int q = 0; q < Q; ++q) pp[r * Opg_pad + q * S] = acc[r][q];
     }
   }
@@ -604,7 +607,7 @@ void conv2d_grad_weight_groups<S, R>::run(item_arg<1> ia, const params<T>& p) {
 
   // Taps of this block (past the last tap: repeat tap t0, never stored).
   int64_t tkh[R], tkw[R];
-#pragma unroll
+XK_UNROLL
   for (int r = 0; r < R; ++r) {
     const int64_t t = (t0 + r < T_taps) ? t0 + r : t0;
     tkh[r] = t / KW;
@@ -612,7 +615,7 @@ void conv2d_grad_weight_groups<S, R>::run(item_arg<1> ia, const params<T>& p) {
   }
 
   A acc[R];
-#pragma unroll
+XK_UNROLL
   for (int r = 0; r < R; ++r) acc[r] = A(0);
 
   const T* lane_go = go + (g * Opg + o) * gC;
@@ -624,7 +627,7 @@ void conv2d_grad_weight_groups<S, R>::run(item_arg<1> ia, const params<T>& p) {
     for (int64_t m = mb; m < me; ++m) {
       A gv = A(0);
       if (gin) gv = load<T>(lane_go, n * gN + oy * gH + ox * gW);
-#pragma unroll
+XK_UNROLL
       for (int r = 0; r < R; ++r) {
         const int64_t iy = oy * sh - ph + tkh[r] * dh, ix = ox * sw - pw + tkw[r] * dw;
         const bool ok = iy >= 0 && iy < H && ix >= 0 && ix < W;
@@ -643,7 +646,7 @@ void conv2d_grad_weight_groups<S, R>::run(item_arg<1> ia, const params<T>& p) {
   }
 
   if (gin) {
-#pragma unroll
+XK_UNROLL
     for (int r = 0; r < R; ++r) {
       if (t0 + r < T_taps) {
         const int64_t kh = tkh[r], kw = tkw[r];

@@ -1,7 +1,8 @@
-// fused_linear_relu kernels (single source): GEMMs with a fused bias + ReLU epilogue, and the two
-// small kernels of the backward pass (ReLU mask + column sums), plus the packing of the CPU
-// GEMM's B operand. Free-function kernels, templated on the element type
-// T in {float, double, sycl::half, sycl::ext::oneapi::bfloat16}; half types accumulate in float.
+// fused_linear_relu kernels in the portable form (common.hpp): GEMMs with a fused bias + ReLU
+// epilogue, the two small kernels of the backward pass (ReLU mask + column sums), and the packing of
+// the CPU GEMM's B operand. The table (descriptors with their parameter structs) comes first, the
+// bodies after it; each body is templated on the element type T in {float, double, xk::half, xk::bf16}
+// (half types accumulate in float).
 //
 // Every GEMM computes   C[m, n] = epilogue( sum_k A(m, k) * B(k, n) )   for m < M, n < N, k < K,
 // with epilogue = (+ bias[n] if BIAS) then (ReLU if RELU), and C row-major with leading dimension
@@ -76,13 +77,6 @@ struct TiledTile {
   static constexpr int kPerItem = kTile / kLocal;
   static constexpr int kKSlice = 16;
 };
-
-// Device-only spelling (the host compiler sees this file for the table and constants only).
-#ifdef __SYCL_DEVICE_ONLY__
-#define XK_LINEAR_UNROLL _Pragma("unroll")
-#else
-#define XK_LINEAR_UNROLL
-#endif
 
 // ------------------------------------------------------------------ the table (kernel descriptors)
 template <typename T> struct linear_gemm_panel_params {
@@ -200,16 +194,16 @@ inline void panel_tile(const T* A, int64_t a_rs, int64_t a_ks, const T* Bp, int6
   using G = PanelTile<T>;
   constexpr int R = G::kRows, V = G::kColVecs, S = G::kSubGroup;
   bool col_ok[V];
-  XK_LINEAR_UNROLL
+  XK_UNROLL
   for (int j = 0; j < V; ++j) col_ok[j] = !MASK_N || (n0 + j * S + lane < N);
   int64_t row[R];  // uniform; rows past M repeat the last row (computed, never stored)
-  XK_LINEAR_UNROLL
+  XK_UNROLL
   for (int i = 0; i < R; ++i) row[i] = m0 + i < M ? m0 + i : M - 1;
 
   acc c[R][V];
-  XK_LINEAR_UNROLL
+  XK_UNROLL
   for (int i = 0; i < R; ++i)
-    XK_LINEAR_UNROLL
+    XK_UNROLL
     for (int j = 0; j < V; ++j) {
       c[i][j] = acc(0);
       if (!first && col_ok[j]) c[i][j] = partial[row[i] * ldc + n0 + j * S + lane];
@@ -218,20 +212,20 @@ inline void panel_tile(const T* A, int64_t a_rs, int64_t a_ks, const T* Bp, int6
   for (int64_t k = k0; k < k1; ++k) {
     const T* b_row = Bp + k * ldb + lane;
     acc b[V];
-    XK_LINEAR_UNROLL
+    XK_UNROLL
     for (int j = 0; j < V; ++j) b[j] = col_ok[j] ? ld(b_row + j * S) : acc(0);
-    XK_LINEAR_UNROLL
+    XK_UNROLL
     for (int i = 0; i < R; ++i) {
       const acc a = ld(A + row[i] * a_rs + k * a_ks);
-      XK_LINEAR_UNROLL
+      XK_UNROLL
       for (int j = 0; j < V; ++j) c[i][j] = sycl::fma(a, b[j], c[i][j]);
     }
   }
 
-  XK_LINEAR_UNROLL
+  XK_UNROLL
   for (int i = 0; i < R; ++i) {
     if (m0 + i >= M) break;  // uniform
-    XK_LINEAR_UNROLL
+    XK_UNROLL
     for (int j = 0; j < V; ++j) {
       if (!col_ok[j]) continue;
       const int64_t n = n0 + j * S + lane;
@@ -321,18 +315,18 @@ void linear_pack_panels::run(item_arg<1> ia, const params<T>& p) {
   const int64_t n0 = panel * G::kCols;
   const T zero = from_acc<T>(acc_t<T>(0));
   bool ok[V];
-  XK_LINEAR_UNROLL
+  XK_UNROLL
   for (int j = 0; j < V; ++j) ok[j] = n0 + j * S + lane < N;
   T* dst = packed + panel * K * G::kCols + lane;
   if (b_ns == 1) {
     const T* src = B + n0 + lane;
     for (int64_t k = k0; k < k1; ++k)
-      XK_LINEAR_UNROLL
+      XK_UNROLL
       for (int j = 0; j < V; ++j) dst[k * G::kCols + j * S] = ok[j] ? src[k * b_ks + j * S] : zero;
   } else {
     const T* src = B + (n0 + lane) * b_ns;
     for (int64_t k = k0; k < k1; ++k)
-      XK_LINEAR_UNROLL
+      XK_UNROLL
       for (int j = 0; j < V; ++j) dst[k * G::kCols + j * S] = ok[j] ? src[k * b_ks + j * S * b_ns] : zero;
   }
 }
@@ -363,45 +357,45 @@ void linear_gemm_dot<BIAS, RELU>::run(item_arg<1> ia, const params<T>& p) {
   const int64_t g = static_cast<int64_t>(it.get_group(0));
   const int64_t m0 = (g % row_tiles) * R, n0 = (g / row_tiles) * Q;
   int64_t row[R], col[Q];  // uniform clamps; overhanging rows/columns are computed, never stored
-  XK_LINEAR_UNROLL
+  XK_UNROLL
   for (int i = 0; i < R; ++i) row[i] = m0 + i < M ? m0 + i : M - 1;
-  XK_LINEAR_UNROLL
+  XK_UNROLL
   for (int j = 0; j < Q; ++j) col[j] = n0 + j < N ? n0 + j : N - 1;
 
   acc c[R][Q];
-  XK_LINEAR_UNROLL
+  XK_UNROLL
   for (int i = 0; i < R; ++i)
-    XK_LINEAR_UNROLL
+    XK_UNROLL
     for (int j = 0; j < Q; ++j) c[i][j] = acc(0);
 
   const int64_t k_full = K - K % S;
   for (int64_t k0 = 0; k0 < k_full; k0 += S) {
     acc a[R], b[Q];
-    XK_LINEAR_UNROLL
+    XK_UNROLL
     for (int i = 0; i < R; ++i) a[i] = linear_detail::ld(A + row[i] * lda + k0 + lane);
-    XK_LINEAR_UNROLL
+    XK_UNROLL
     for (int j = 0; j < Q; ++j) b[j] = linear_detail::ld(Bt + col[j] * ldb + k0 + lane);
-    XK_LINEAR_UNROLL
+    XK_UNROLL
     for (int i = 0; i < R; ++i)
-      XK_LINEAR_UNROLL
+      XK_UNROLL
       for (int j = 0; j < Q; ++j) c[i][j] = sycl::fma(a[i], b[j], c[i][j]);
   }
   if (k_full < K) {
     const bool ok = k_full + lane < K;
     acc a[R], b[Q];
-    XK_LINEAR_UNROLL
+    XK_UNROLL
     for (int i = 0; i < R; ++i) a[i] = ok ? linear_detail::ld(A + row[i] * lda + k_full + lane) : acc(0);
-    XK_LINEAR_UNROLL
+    XK_UNROLL
     for (int j = 0; j < Q; ++j) b[j] = ok ? linear_detail::ld(Bt + col[j] * ldb + k_full + lane) : acc(0);
-    XK_LINEAR_UNROLL
+    XK_UNROLL
     for (int i = 0; i < R; ++i)
-      XK_LINEAR_UNROLL
+      XK_UNROLL
       for (int j = 0; j < Q; ++j) c[i][j] = sycl::fma(a[i], b[j], c[i][j]);
   }
 
-  XK_LINEAR_UNROLL
+  XK_UNROLL
   for (int i = 0; i < R; ++i)
-    XK_LINEAR_UNROLL
+    XK_UNROLL
     for (int j = 0; j < Q; ++j) {
       acc v = lanes_sum(it, c[i][j]);  // the work-group's 16 lanes (one sub-group under DPC++)
       if constexpr (BIAS) v = v + linear_detail::ld(bias + col[j]);
@@ -441,14 +435,14 @@ void linear_gemm_tiled<BIAS, RELU>::run(item_arg<2> ia, const params<T>& p, loca
   const int64_t n0 = static_cast<int64_t>(it.get_group(1)) * TILE;
 
   acc c[P][P];
-  XK_LINEAR_UNROLL
+  XK_UNROLL
   for (int i = 0; i < P; ++i)
-    XK_LINEAR_UNROLL
+    XK_UNROLL
     for (int j = 0; j < P; ++j) c[i][j] = acc(0);
 
   for (int64_t k0 = 0; k0 < K; k0 += KS) {
     // Each of the 256 work-items stages 4 elements of each tile (64 x 16 values).
-    XK_LINEAR_UNROLL
+    XK_UNROLL
     for (int r = 0; r < (TILE * KS) / (L * L); ++r) {
       const int e = tid + r * L * L;
       const int a_row = e / KS, a_k = e % KS;  // A slice: consecutive work-items walk k
@@ -459,25 +453,25 @@ void linear_gemm_tiled<BIAS, RELU>::run(item_arg<2> ia, const params<T>& p, loca
       bs[b_k][b_col] = (n < N && kb < K) ? linear_detail::ld(B + kb * b_ks + n * b_ns) : acc(0);
     }
     sycl::group_barrier(it.get_group());
-    XK_LINEAR_UNROLL
+    XK_UNROLL
     for (int kk = 0; kk < KS; ++kk) {
       acc a[P], b[P];
-      XK_LINEAR_UNROLL
+      XK_UNROLL
       for (int i = 0; i < P; ++i) a[i] = as[kk][ty + i * L];
-      XK_LINEAR_UNROLL
+      XK_UNROLL
       for (int j = 0; j < P; ++j) b[j] = bs[kk][tx + j * L];
-      XK_LINEAR_UNROLL
+      XK_UNROLL
       for (int i = 0; i < P; ++i)
-        XK_LINEAR_UNROLL
+        XK_UNROLL
         for (int j = 0; j < P; ++j) c[i][j] = sycl::fma(a[i], b[j], c[i][j]);
     }
     sycl::group_barrier(it.get_group());
   }
 
-  XK_LINEAR_UNROLL
+  XK_UNROLL
   for (int i = 0; i < P; ++i) {
     const int64_t m = m0 + ty + i * L;
-    XK_LINEAR_UNROLL
+    XK_UNROLL
     for (int j = 0; j < P; ++j) {
       const int64_t n = n0 + tx + j * L;
       if (m >= M || n >= N) continue;

@@ -1,0 +1,412 @@
+// The kernel provider: kernel groups (one per kernel table) compiled on first use per (context, device,
+// element type) by the SYCL runtime's kernel compiler (sycl_ext_oneapi_kernel_compiler, source_language::sycl)
+// from the embedded kernel files plus generated entry points (kernel_table.h); the runtime's persistent
+// cache (SYCL_CACHE_PERSISTENT / SYCL_CACHE_DIR, set by python/xkernels/_env.py) makes later processes
+// skip the compiler, guarded by disk_cache.cpp. provider_choice.h decides per device where its kernels
+// come from; this file is the only one that knows.
+#include <ATen/ATen.h>
+
+#include <algorithm>
+#include <chrono>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+
+#include "sycl/kernel_sources.h"
+#include "sycl/provider_choice.h"
+#include "sycl/provider_device.h"
+#include "sycl/runtime_internal.h"
+#include "sycl/runtime_info.h"
+
+namespace syclex = sycl::ext::oneapi::experimental;
+namespace pc = xkernels::sycl_backend::provider_choice;
+
+namespace xkernels::sycl_backend {
+
+// Floating-point semantics of device code (the project policy, cmake/FPFlags.cmake):
+//  * -fno-fast-math: no reassociation / reciprocal / approximate math, NaN and Inf honoured;
+//  * -ffp-contract=off: a*b+c stays two roundings unless a kernel calls fma() itself. This is
+//    the one that changes results here: the kernel compiler contracts by default (measured on
+//    the OpenCL CPU device: 77 % of fp32 a*b+c bit-identical to the unfused result without it,
+//    100 % with it);
+//  * -foffload-fp32-prec-div, -foffload-fp32-prec-sqrt: correctly rounded fp32 division and
+//    sqrt. The OpenCL CPU device rounds both correctly anyway (measured with and without);
+//    GPU back ends otherwise may use 2.5 / 3 ulp approximations.
+// (-ffp-model=precise is not used: it implies -ffp-contract=on and only draws an "overriding"
+// warning.) The 2026.1.2 and 2025.3.3 kernel compilers accept all four (checked: layer_norm.hpp
+// built and ran with them on both); tests/test_sycl_runtime.py checks the effect: exact a*b+c,
+// division and sqrt.
+const std::vector<std::string> kDeviceFPOptions = {"-fno-fast-math", "-ffp-contract=off",
+                                                          "-foffload-fp32-prec-div", "-foffload-fp32-prec-sqrt"};
+
+namespace {
+
+// ---------------------------------------------------------------- kernel groups
+const EmbeddedSource* find_source(const std::string& file) {
+  for (const auto& s : embedded_kernel_sources())
+    if (file == s.name) return &s;
+  return nullptr;
+}
+
+std::string join(const std::vector<std::string>& v, const char* sep) {
+  std::string out;
+  for (size_t i = 0; i < v.size(); ++i) out += (i ? sep : "") + v[i];
+  return out;
+}
+
+// ---------------------------------------------------------------- where a device's kernels come from
+// Device images of the ahead-of-time library; none without one (then every device compiles at run time).
+const std::vector<pc::AotImage>& aot_images() {
+#ifdef XKERNELS_SYCL_AOT
+  static const auto images = pc::parse_aot_targets(sycl_aot::aot_library().targets);
+#else
+  static const std::vector<pc::AotImage> images;
+#endif
+  return images;
+}
+
+// Per device: the choice (made once) and what each kernel group actually got.
+struct DeviceSource {
+  pc::Choice choice;
+  std::vector<std::pair<std::string, std::string>> groups;  // (file, describe(...) or the fallback's reason)
+};
+std::mutex g_sources_mu;
+std::unordered_map<sycl::device, DeviceSource>& device_sources() {
+  static auto* m = new std::unordered_map<sycl::device, DeviceSource>();
+  return *m;
+}
+
+pc::Choice device_choice(const sycl::device& dev) {
+  std::lock_guard<std::mutex> lock(g_sources_mu);
+  auto it = device_sources().find(dev);
+  if (it == device_sources().end())
+    it = device_sources().emplace(dev, DeviceSource{pc::choose(aot_images(), pc::describe_device(dev)), {}}).first;
+  return it->second.choice;
+}
+
+void note_group_source(const sycl::device& dev, const std::string& file, const std::string& what) {
+  std::lock_guard<std::mutex> lock(g_sources_mu);
+  auto& groups = device_sources()[dev].groups;
+  for (auto& g : groups)
+    if (g.first == file) {  // the same group built in another context
+      g.second = what;
+      return;
+    }
+  groups.emplace_back(file, what);
+}
+
+// The environment the runtime's kernel compiler reads once per process (the PTX / gfx architecture
+// for CUDA / HIP devices), set before the first run-time build unless the user has set it. CUDA
+// devices share one PTX target: the lowest compute capability among them.
+std::once_flag g_runtime_env_once;
+std::mutex g_runtime_env_mu;
+std::vector<std::string> g_runtime_env_lines;  // apply_runtime_env's report, for xkernels.info()
+void prepare_runtime_compile() {
+  std::call_once(g_runtime_env_once, [] {
+    std::vector<std::pair<std::string, std::string>> env;
+    std::vector<pc::DeviceDesc> cuda;
+    auto add = [&](const std::string& k, const std::string& v) {
+      for (const auto& kv : env)
+        if (kv.first == k) return;  // one value per variable: the first device's
+      env.emplace_back(k, v);
+    };
+    const std::map<const DeviceRecord*, std::pair<int, int>> torch_cc = torch_compute_capabilities();
+    for (const auto& rec : registry().devices) {
+      if (!rec.usable) continue;
+      pc::DeviceDesc d = pc::describe_device(rec.device);
+      if (d.backend == pc::DeviceBackend::Cuda) {
+        // torch's compute capability wins: it also covers GPUs newer than the runtime's architecture list.
+        if (auto it = torch_cc.find(&rec); it != torch_cc.end()) std::tie(d.cc_major, d.cc_minor) = it->second;
+        cuda.push_back(d);
+        continue;
+      }
+      for (const auto& [k, v] : pc::choose(aot_images(), d).runtime_env) add(k, v);
+    }
+    const std::string ptx = pc::runtime_ptx_target(cuda);
+    if (!ptx.empty()) add("SYCL_JIT_AMDGCN_PTX_TARGET_CPU", ptx);
+    auto lines = pc::apply_runtime_env(env);
+    std::lock_guard<std::mutex> lock(g_runtime_env_mu);
+    g_runtime_env_lines = std::move(lines);
+  });
+}
+
+// One build: the source plus every kernel file as an include file, the run-time options
+// and the registered names. Compile errors raise with the compiler's full diagnostics.
+sycl::kernel_bundle<sycl::bundle_state::executable> build_bundle(const sycl::context& ctx, const sycl::device& dev,
+                                                                 const std::string& label, const std::string& source,
+                                                                 const std::vector<std::string>& names,
+                                                                 const std::vector<std::string>& options) {
+  prepare_runtime_compile();
+  syclex::include_files includes;
+  for (const auto& s : embedded_kernel_sources()) includes.add(s.name, s.text);
+  std::string log;
+  try {
+    const CacheSession cache;  // the on-disk cache is checked before and recorded after the build
+    auto build_once = [&] {
+      auto src = syclex::create_kernel_bundle_from_source(ctx, syclex::source_language::sycl, source,
+                                                          syclex::properties{includes});
+      return syclex::build(src, std::vector<sycl::device>{dev},
+                           syclex::properties{syclex::build_options{options}, syclex::save_log{&log},
+                                              syclex::registered_names{names}});
+    };
+    auto bundle = build_once();
+    if (cache.wrote_new_ir()) {
+      // A cold build caches the source's IR, but not the device code of that path; later
+      // processes find the IR and compile its device code (a separately cached path) again:
+      // measured 1.8-2.9 s instead of 0.5-0.7 s for the second process. Building once more
+      // now takes that path and caches its device code, so the second process is warm.
+      bundle = build_once();
+    }
+    return bundle;
+  } catch (const sycl::exception& e) {
+    TORCH_CHECK(false, "xkernels: compiling SYCL kernels '", label, "' for device '",
+                dev.get_info<sycl::info::device::name>(), "' failed (SYCL runtime ", runtime_version_info().text,
+                ", options: ", join(options, " "), "). Compiler log:\n", e.what(), log.empty() ? "" : "\n", log);
+  }
+}
+
+// A kernel group is built in parts, one per element type (KernelEntry::part): a process compiles only
+// the element types it runs (one dtype's bundle is roughly a quarter of the kernels plus a fixed ~2 s
+// per bundle on the 2-core CI machine). warmup() builds every part.
+// "layer_norm.hpp [float]", "conv2d.hpp [bfloat16]": a part's label in build logs and warmup().
+std::string part_label(const std::string& file, const std::string& part) {
+  if (part.empty()) return file;
+  const size_t ns = part.rfind("::");
+  return file + " [" + (ns == std::string::npos ? part : part.substr(ns + 2)) + "]";
+}
+
+// The parts of `group` on a device with `traits`, in the order of its names.
+std::vector<std::string> group_parts(const KernelGroup& group, const DeviceTraits& traits) {
+  std::vector<std::string> parts;
+  for (const auto& e : group.entries(traits))
+    if (std::find(parts.begin(), parts.end(), e.part) == parts.end()) parts.push_back(e.part);
+  return parts;
+}
+
+// In-memory provider cache: one slot per (context, device, group, part), each built once.
+struct SlotKey {
+  sycl::context ctx;
+  sycl::device dev;
+  std::string file;
+  std::string part;
+  bool operator==(const SlotKey& o) const {
+    return ctx == o.ctx && dev == o.dev && file == o.file && part == o.part;
+  }
+};
+struct SlotKeyHash {
+  size_t operator()(const SlotKey& k) const {
+    size_t h = std::hash<sycl::context>()(k.ctx);
+    h = h * 1000003u ^ std::hash<sycl::device>()(k.dev);
+    h = h * 1000003u ^ std::hash<std::string>()(k.part);
+    return h * 1000003u ^ std::hash<std::string>()(k.file);
+  }
+};
+struct Slot {
+  std::mutex mu;  // held while this group compiles for this device; other groups compile in parallel
+  bool built = false;
+  std::unordered_map<std::string, sycl::kernel> kernels;
+  double seconds = 0;
+};
+
+std::mutex g_slots_mu;
+std::unordered_map<SlotKey, std::shared_ptr<Slot>, SlotKeyHash>& slots() {
+  static auto* m = new std::unordered_map<SlotKey, std::shared_ptr<Slot>, SlotKeyHash>();
+  return *m;
+}
+
+std::mutex g_build_log_mu;
+std::vector<std::pair<std::string, double>> g_build_log;  // every group build of this process
+
+
+// Returns the slot, built (compiling now if nobody has). `*compiled` says whether this call compiled.
+Slot& built_slot(const sycl::context& ctx, const sycl::device& dev, const KernelGroup& group, const std::string& part,
+                 bool* compiled) {
+  std::shared_ptr<Slot> slot;
+  {
+    std::lock_guard<std::mutex> lock(g_slots_mu);
+    auto& p = slots()[SlotKey{ctx, dev, group.file, part}];
+    if (!p) p = std::make_shared<Slot>();
+    slot = p;
+  }
+  std::lock_guard<std::mutex> lock(slot->mu);
+  if (compiled) *compiled = false;
+  if (slot->built) return *slot;
+  const EmbeddedSource* src = find_source(group.file);
+  TORCH_CHECK(src, "xkernels: kernel group '", group.file, "' has no embedded source (known: ", [] {
+    std::vector<std::string> n;
+    for (const auto& s : embedded_kernel_sources()) n.push_back(s.name);
+    return join(n, ", ");
+  }(), ")");
+  std::vector<std::string> names;
+  // The source: the kernel file, reached through its include file so that diagnostics in kernel
+  // bodies name it ("layer_norm.hpp:12:3: error: ..."), then the part's generated entry points.
+  std::string source = "#include \"" + group.file + "\"\n";
+  for (auto& e : group.entries(traits_of_device(dev)))
+    if (e.part == part) {
+      names.push_back(std::move(e.name));
+      source += e.definition;
+    }
+  const std::string label = part_label(group.file, part);
+  TORCH_CHECK(!names.empty(), "xkernels: kernel group '", label, "' has no kernels for device '",
+              dev.get_info<sycl::info::device::name>(), "'");
+  const auto t0 = std::chrono::steady_clock::now();
+  const std::string source_note = pc::describe(device_choice(dev));
+  auto bundle = build_bundle(ctx, dev, label, source, names, build_options_for_runtime());
+  for (const auto& n : names) {
+    TORCH_CHECK(bundle.ext_oneapi_has_kernel(n), "xkernels: kernel group '", label, "' built, but it has no kernel '",
+                n, "'");
+    slot->kernels.emplace(n, bundle.ext_oneapi_get_kernel(n));
+  }
+  note_group_source(dev, group.file, source_note);
+  slot->seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  slot->built = true;
+  {
+    std::lock_guard<std::mutex> log_lock(g_build_log_mu);
+    g_build_log.emplace_back(traits_of_device(dev).name + ": " + label, slot->seconds);
+  }
+  if (compiled) *compiled = true;
+  return *slot;
+}
+
+}  // namespace
+
+sycl::kernel get_kernel(const sycl::queue& q, const KernelGroup& group, const std::string& name) {
+  // The entry's part (element type) ends its name: "xk_layer_norm_fwd__float" (kernel_table.h).
+  const size_t sep = name.rfind("__");
+  const std::string part = sep == std::string::npos ? "" : name.substr(sep + 2);
+  Slot& slot = built_slot(q.get_context(), q.get_device(), group, part, nullptr);
+  auto it = slot.kernels.find(name);  // read-only once built
+  TORCH_CHECK(it != slot.kernels.end(), "xkernels: kernel '", name, "' is not among the kernels of group '",
+              group.file, "' for device '", traits_of(q).name, "'");
+  return it->second;
+}
+
+std::vector<std::string> build_options_for_runtime() { return build_options_with(kDeviceFPOptions); }
+
+std::vector<std::string> build_options_with(const std::vector<std::string>& fp_options) {
+  std::vector<std::string> opts;
+  // 2025.x: the default device libraries (libsycl-crt.bc, ...) are missing from the wheels and
+  // every build fails without this (checked with 2025.3.3, which accepts it with a deprecation
+  // warning in the build log); 2026.1 rejects the option as unknown.
+  if (runtime_version_info().year < 2026) opts.push_back("-fno-sycl-device-lib=all");
+  opts.insert(opts.end(), fp_options.begin(), fp_options.end());
+  // The kernel files' portable form: bodies read their item through this_work_item (kernels/common.hpp).
+  opts.push_back("-DXK_RTC=1");
+  return opts;
+}
+
+std::vector<std::pair<std::string, double>> build_log() {
+  std::lock_guard<std::mutex> lock(g_build_log_mu);
+  return g_build_log;
+}
+
+std::string provider_kind() {
+#ifdef XKERNELS_SYCL_AOT
+  const sycl_aot::AotLibrary& lib = sycl_aot::aot_library();
+  return std::string("ahead of time (") + lib.compiler + ": " + lib.targets +
+         ") where the library has an image for the device, else compiled at run time (kernel_compiler)";
+#else
+  return "compiled at run time (kernel_compiler)";
+#endif
+}
+
+std::vector<DeviceProvider> provider_devices() {
+  std::vector<DeviceProvider> out;
+  for (const auto& rec : registry().devices) {
+    if (!rec.usable) continue;
+    DeviceProvider p;
+    p.device = rec.traits.name;
+    p.backend = rec.backend;
+    const pc::Choice c = device_choice(rec.device);
+    p.source = pc::source_name(c.source);
+    p.image = c.image;
+    p.choice = pc::describe(c);
+    std::lock_guard<std::mutex> lock(g_sources_mu);
+    p.groups = device_sources()[rec.device].groups;
+    out.push_back(std::move(p));
+  }
+  return out;
+}
+
+std::vector<std::string> runtime_compile_env() {
+  std::lock_guard<std::mutex> lock(g_runtime_env_mu);
+  return g_runtime_env_lines;
+}
+
+std::vector<std::string> all_kernel_names(const DeviceTraits& traits) {
+  std::vector<std::string> out;
+  for (const KernelGroup* g : kernel_groups())
+    for (auto& e : g->entries(traits)) out.push_back(std::move(e.name));
+  return out;
+}
+
+namespace {
+sycl::context default_context(const sycl::device& d) {
+#if __LIBSYCL_MAJOR_VERSION >= 9
+  return d.get_platform().khr_get_default_context();
+#else
+  return d.get_platform().ext_oneapi_get_default_context();
+#endif
+}
+}  // namespace
+
+std::vector<std::pair<std::string, double>> warmup(
+    const std::function<void(size_t, size_t, const std::string&)>& progress) {
+  struct Work {
+    const DeviceRecord* rec;
+    const KernelGroup* group;
+    std::string part;
+  };
+  std::vector<Work> work;
+  for (const auto& rec : devices())
+    if (rec.usable)
+      for (const KernelGroup* g : kernel_groups())
+        for (auto& part : group_parts(*g, rec.traits)) work.push_back({&rec, g, std::move(part)});
+  std::vector<std::pair<std::string, double>> out;
+  size_t done = 0;
+  for (const auto& [rec, g, part] : work) {
+    const std::string label = rec->traits.name + ": " + part_label(g->file, part);
+    if (progress) progress(done, work.size(), label);
+    // Build in the context ops will use: the CPU queue's for the CPU device; for other devices
+    // the platform's default context (torch's XPU queues live in it). Either way the on-disk
+    // cache is filled, which serves any context.
+    const bool is_cpu_dev = registry().cpu_index >= 0 && rec == &registry().devices[registry().cpu_index];
+    const sycl::context ctx = is_cpu_dev ? cpu_queue().get_context() : default_context(rec->device);
+    const auto t0 = std::chrono::steady_clock::now();
+    built_slot(ctx, rec->device, *g, part, nullptr);
+    out.emplace_back(label, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    ++done;
+  }
+  if (progress) progress(done, work.size(), "done");
+  return out;
+}
+
+std::vector<std::string> build_source_for_test(const std::string& source, const std::vector<std::string>& names) {
+  sycl::queue& q = cpu_queue();
+  auto bundle =
+      build_bundle(q.get_context(), q.get_device(), "test source", source, names, build_options_for_runtime());
+  std::vector<std::string> found;
+  for (const auto& n : names)
+    if (bundle.ext_oneapi_has_kernel(n)) found.push_back(n);
+  return found;
+}
+
+void run_test_kernel(const std::string& source, const std::string& name, const std::vector<uintptr_t>& pointers,
+                     int64_t n, size_t global, size_t local, const std::vector<std::string>* fp_options) {
+  sycl::queue& q = cpu_queue();
+  auto bundle = build_bundle(q.get_context(), q.get_device(), "test source", source, {name},
+                             fp_options ? build_options_with(*fp_options) : build_options_for_runtime());
+  const sycl::kernel k = bundle.ext_oneapi_get_kernel(name);
+  validate_launch(q, k, 1, &global, &local, pointers.size() + 1);
+  sycl::event e = q.submit([&](sycl::handler& h) {
+    int i = 0;
+    for (const uintptr_t p : pointers) h.set_arg(i++, reinterpret_cast<void*>(p));
+    h.set_arg(i, n);
+    h.parallel_for(sycl::nd_range<1>(global, local), k);
+  });
+  e.wait_and_throw();
+}
+
+}  // namespace xkernels::sycl_backend
