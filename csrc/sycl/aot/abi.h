@@ -16,9 +16,12 @@ struct xk_aot_kernel {
   int dims;
   int sub_group;       // required sub-group size (0: any)
   size_t params_size;  // sizeof(params<T>)
-  // Runs the kernel to completion on the library's queue. Returns 0, or non-zero with a message in err.
-  // Null when this implementation cannot run it (a required sub-group size it does not have).
-  int (*launch)(const size_t* global, const size_t* local, const void* params, char* err, size_t errlen);
+  // Launches the kernel. queue == null: on the library's own in-order queue, run to completion (the acpp
+  // backend). Otherwise `queue` is a sycl::queue* of the library's own SYCL implementation (an icpx-built
+  // library used by the DPC++ extension: same libsycl major version, checked at build time): the launch is
+  // submitted there and not waited for. Returns 0, or non-zero with a message in err.
+  int (*launch)(const size_t* global, const size_t* local, const void* params, void* queue, char* err,
+                size_t errlen);
 };
 
 struct xk_aot_device {

@@ -3,7 +3,9 @@
 // AdaptiveCpp builds it as libxkernels_acpp.so (cmake/AcppBackend.cmake). Nothing here is DPC++-specific.
 //
 // Build definitions: XK_AOT_SUB_GROUP  the implementation's sub-group size on its device (AdaptiveCpp's
-//                                      CPU backends: 1); kernels that require another size are left out.
+//                                      CPU backends: 1), reported to the host. Every kernel is built: a
+//                                      kernel's S lanes are its work-group's work-items, and its lane
+//                                      reductions (xk::lanes_sum) reduce over the work-group here.
 //                    XK_AOT_IMPLEMENTATION, XK_AOT_FLAGS   descriptive strings for xkernels.info().
 #include "abi.h"
 
@@ -43,15 +45,16 @@ template <> sycl::nd_range<3> make_range<3>(const size_t* g, const size_t* l) {
 }
 
 template <typename K, typename T>
-int launch_one(const size_t* global, const size_t* local, const void* params, char* err, size_t errlen) {
+int launch_one(const size_t* global, const size_t* local, const void* params, void* queue_ptr, char* err,
+               size_t errlen) {
   try {
     using P = typename K::template params<T>;
     using L = typename xk::local_of<K, T>::type;
     constexpr int D = K::dims;
     const P p = *static_cast<const P*>(params);
     const sycl::nd_range<D> range = make_range<D>(global, local);
-    queue()
-        .submit([&](sycl::handler& h) {
+    sycl::queue& q = queue_ptr ? *static_cast<sycl::queue*>(queue_ptr) : queue();
+    sycl::event done = q.submit([&](sycl::handler& h) {
           if constexpr (std::is_void_v<L>) {
             h.parallel_for(range, [=](sycl::nd_item<D> it) { K::template run<T>(xk::item_arg<D>{it}, p); });
           } else {
@@ -59,8 +62,8 @@ int launch_one(const size_t* global, const size_t* local, const void* params, ch
             h.parallel_for(range,
                            [=](sycl::nd_item<D> it) { K::template run<T>(xk::item_arg<D>{it}, p, scratch[0]); });
           }
-        })
-        .wait_and_throw();
+        });
+    if (!queue_ptr) done.wait_and_throw();
     return 0;
   } catch (const std::exception& e) {
     std::snprintf(err, errlen, "%s", e.what());
@@ -91,7 +94,7 @@ Listing* make_listing() {
     e.dims = K::dims;
     e.sub_group = S;
     e.params_size = sizeof(typename K::template params<T>);
-    if constexpr (S == 0 || S == XK_AOT_SUB_GROUP) e.launch = &launch_one<K, T>;
+    e.launch = &launch_one<K, T>;  // lanes are work-items here: any sub-group size computes the same
     l->kernels.push_back(e);
   });
   const sycl::device dev = queue().get_device();
