@@ -18,11 +18,13 @@ What it does, from the environment and the files it finds:
    when the CUDA plugin and a CUDA toolkit are present; ``XKERNELS_SYCL_AOT_DEVICES`` (an ocloc
    device list such as ``pvc,bmg-g21``) adds native Intel GPU code (``spir64_gen``).
    ``XKERNELS_SYCL_CUDA_ARCH`` (default sm_75) is the PTX architecture of the NVIDIA image.
-5. Produces the exact icpx command lines: one compile per kernel file (a generated translation unit
-   that includes ``csrc/sycl/kernels/<op>.hpp`` and instantiates every kernel name the file lists in
-   ``// xkernels-aot: <name>`` lines), one for the index of all kernels, and the link of
-   ``libxkernels_sycl_aot.so``, plus a CMake fragment that cmake/OneAPIAOT.cmake turns into custom
-   commands, run verbatim.
+5. Produces the exact icpx command line of the launcher library: ONE compile-and-link of
+   ``csrc/sycl/aot/launchers.cpp`` (standard SYCL 2020; the same translation unit AdaptiveCpp builds
+   into libxkernels_acpp.so) into ``libxkernels_sycl_aot.so``, which exports the C interface of
+   ``csrc/sycl/aot/abi.h`` (``xk_aot_library_v1``), plus a CMake fragment that cmake/OneAPIAOT.cmake
+   turns into a custom command, run verbatim. The library is built beside the extension (_C's output
+   directory), which loads it at run time and passes its DPC++ ``sycl::queue*`` to the launchers
+   (hence the libsycl major-version check of step 2).
 
 Floating point: the policy of cmake/FPFlags.cmake (no fast-math, no automatic FMA contraction),
 read from that file, preceded by ``-fp-model=precise`` (icpx's default model is *fast*, and
@@ -41,15 +43,15 @@ import shlex
 import shutil
 import subprocess
 import sys
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 # --------------------------------------------------------------------------- constants
 
-MIN_ONEAPI_VERSION = (2025, 0)  # free-function kernels with get_kernel_id<Func>()
+MIN_ONEAPI_VERSION = (2025, 0)  # the SYCL runtime generation the extension uses (free-function kernels in its
+# run-time compiler); the launcher library shares that runtime
 DEFAULT_CUDA_ARCH = "sm_75"  # lowest architecture CUDA 13 still compiles for; PTX runs on newer GPUs
 LIBRARY_NAME = "libxkernels_sycl_aot.so"
-MANIFEST_PREFIX = "xkernels-aot:"
 ICPX_FP_MODEL = "-fp-model=precise"
 OFFLOAD_PREC_FLAGS = ("-foffload-fp32-prec-div", "-foffload-fp32-prec-sqrt")
 CUDA_TRIPLE = "nvptx64-nvidia-cuda"
@@ -401,139 +403,34 @@ def resolve_targets(env: Mapping[str, str], tc: Toolchain, cuda_toolkit: Path | 
     )
 
 
-# --------------------------------------------------------------------------- kernel manifests
+# --------------------------------------------------------------------------- the launcher library
 
-_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(?:::[A-Za-z_][A-Za-z0-9_]*)*(?:<[A-Za-z0-9_:<>, .\-]+>)?$")
+# The ahead-of-time launchers: one standard-SYCL translation unit that instantiates a parallel_for per
+# (kernel, element type) of every kernel table (csrc/sycl/kernels/tables.hpp) behind the C interface of
+# csrc/sycl/aot/abi.h (xk_aot_library_v1). AdaptiveCpp compiles the same file (cmake/AcppBackend.cmake).
+LAUNCHERS = Path("csrc") / "sycl" / "aot" / "launchers.cpp"
 
-
-_KERNEL_PROPERTY = "SYCL_EXT_ONEAPI_FUNCTION_PROPERTY"
-_DEFINE_RE = re.compile(r"^\s*#\s*define\s+([A-Za-z_][A-Za-z0-9_]*)")
-
-
-def _code_lines(text: str) -> list[str]:
-    """The lines of `text` with // comments removed (kernel files use no /* */ around kernels)."""
-    return [line.split("//", 1)[0] for line in text.splitlines()]
-
-
-def kernel_macros(texts: Iterable[str]) -> set[str]:
-    """Macros that mark a kernel (a #define whose body uses SYCL_EXT_ONEAPI_FUNCTION_PROPERTY, such as
-    common.hpp's XK_ND_KERNEL), so that files marking kernels through them count as defining kernels."""
-    found: set[str] = set()
-    for text in texts:
-        for line in _code_lines(text):
-            m = _DEFINE_RE.match(line)
-            if m and _KERNEL_PROPERTY in line[m.end() :]:
-                found.add(m.group(1))
-    return found
+# XK_AOT_SUB_GROUP is the sub-group size the library reports in its device record
+# (xk_aot_library.device.sub_group_sizes) for its own default queue. No kernel depends on it for
+# correctness: outside the run-time compiler a kernel's S lanes are its work-group's work-items and
+# xk::lanes_sum reduces over the work-group (kernels/common.hpp), so any sub-group width computes the
+# same. 16 is a width every Intel device supports (Intel GPUs: 8/16 or 16/32; the OpenCL CPU runtime:
+# 4..64) and the one the host's lane choice uses for 4- and 2-byte types; an NVIDIA-only build reports
+# the warp, 32. The extension, which passes its own DPC++ queue to the launchers, should take the
+# sizes from that queue's device rather than from this record.
+INTEL_SUB_GROUP = 16
+NVIDIA_SUB_GROUP = 32
 
 
-def _defines_kernels(text: str, macros: Iterable[str]) -> bool:
-    markers = [re.compile(r"\b" + re.escape(w) + r"\s*\(") for w in (_KERNEL_PROPERTY, *macros)]
-    return any(not _DEFINE_RE.match(line) and any(m.search(line) for m in markers) for line in _code_lines(text))
-
-
-def read_kernel_manifest(path: Path, macros: Iterable[str] = ()) -> list[str] | None:
-    """The registered kernel names a kernel file lists in `// xkernels-aot: <name>` lines.
-
-    None for a helper header (no free-function kernel, no manifest; a #define of a kernel-marking macro
-    is not a kernel). A file that defines kernels (SYCL_EXT_ONEAPI_FUNCTION_PROPERTY or one of `macros`)
-    but lists none raises: its kernels would be missing from the AOT library."""
-    text = path.read_text()
-    names: list[str] = []
-    for lineno, line in enumerate(text.splitlines(), 1):
-        s = line.strip()
-        if not s.startswith("//"):
-            continue
-        body = s[2:].strip()
-        if not body.startswith(MANIFEST_PREFIX):
-            continue
-        name = body[len(MANIFEST_PREFIX) :].strip()
-        if not _NAME_RE.match(name) or name.count("<") != name.count(">"):
-            raise OneAPIError(
-                f"{path}:{lineno}: {name!r} is not a kernel name (expected e.g. "
-                "'xk::layer_norm_fwd<float>' — the registered name the host code asks for)"
-            )
-        if name in names:
-            raise OneAPIError(f"{path}:{lineno}: kernel name {name!r} is listed twice")
-        names.append(name)
-    if names:
-        return names
-    if _defines_kernels(text, macros):
-        raise OneAPIError(
-            f"{path} defines free-function kernels but lists no '// {MANIFEST_PREFIX} <name>' lines, "
-            "so the ahead-of-time library would lack them. Add one line per registered kernel name, "
-            f"e.g. '// {MANIFEST_PREFIX} xk::{path.stem}_kernel<float>'"
-        )
-    return None
-
-
-def _ident(stem: str) -> str:
-    s = re.sub(r"[^A-Za-z0-9_]", "_", stem)
-    return s if not s[0].isdigit() else "_" + s
+def aot_sub_group(targets: Sequence[str]) -> int:
+    """XK_AOT_SUB_GROUP for a target list: 16 when any Intel (SPIR-V / Intel GPU) target is built, 32 for
+    NVIDIA alone."""
+    return INTEL_SUB_GROUP if any(not _is_nvidia(t) for t in targets) else NVIDIA_SUB_GROUP
 
 
 def _cpp_str(s: str) -> str:
+    """s as a C++ string literal (the value of a -D definition that must expand to a string)."""
     return '"' + s.replace("\\", "\\\\").replace('"', '\\"') + '"'
-
-
-def generated_kernel_tu(file_name: str, names: Sequence[str]) -> str:
-    ident = _ident(Path(file_name).stem)
-    rows = "\n".join(f"      {{{_cpp_str(file_name)}, {_cpp_str(n)}, &syclexp::get_kernel_id<{n}>}}," for n in names)
-    return f"""// Generated by buildtools/oneapi.py from csrc/sycl/kernels/{file_name}. Do not edit.
-// Instantiates every kernel name the file lists (// {MANIFEST_PREFIX} ...) so that icpx compiles it
-// ahead of time, and records each name with its kernel id for the kernel provider.
-#include <sycl/sycl.hpp>
-
-#include "{file_name}"
-#include "aot_kernels.h"
-
-namespace xkernels::sycl_aot::generated {{
-namespace syclexp = sycl::ext::oneapi::experimental;
-const AotKernel* kernels_{ident}(std::size_t* count) {{
-  static const AotKernel table[] = {{
-{rows}
-  }};
-  *count = sizeof(table) / sizeof(table[0]);
-  return table;
-}}
-}}  // namespace xkernels::sycl_aot::generated
-"""
-
-
-def generated_index_tu(idents: Sequence[str], info: Mapping[str, str]) -> str:
-    decls = "\n".join(f"const AotKernel* kernels_{i}(std::size_t* count);" for i in idents)
-    calls = "\n".join(
-        f"    {{ std::size_t n = 0; const AotKernel* k = generated::kernels_{i}(&n); "
-        f"all.insert(all.end(), k, k + n); }}"
-        for i in idents
-    )
-    return f"""// Generated by buildtools/oneapi.py. Do not edit.
-// The ahead-of-time kernel library's index: every kernel, and the facts it was built with.
-#include <vector>
-
-#include "aot_kernels.h"
-
-namespace xkernels::sycl_aot {{
-namespace generated {{
-{decls}
-}}  // namespace generated
-
-const AotLibrary& aot_library() {{
-  static const AotLibrary library = [] {{
-    static std::vector<AotKernel> all;
-{calls}
-    AotLibrary lib;
-    lib.targets = {_cpp_str(info["targets"])};
-    lib.compiler = {_cpp_str(info["compiler"])};
-    lib.flags = {_cpp_str(info["flags"])};
-    lib.kernels = all.data();
-    lib.count = all.size();
-    return lib;
-  }}();
-  return library;
-}}
-}}  // namespace xkernels::sycl_aot
-"""
 
 
 # --------------------------------------------------------------------------- the plan
@@ -555,8 +452,9 @@ class Plan:
     toolchain: Toolchain
     targets: TargetConfig
     fp_flags: list[str]
-    kernels: dict[str, list[str]]  # kernel file name -> registered names
-    generated: dict[Path, str]  # generated source path -> text
+    source: Path  # csrc/sycl/aot/launchers.cpp
+    sub_group: int  # XK_AOT_SUB_GROUP
+    implementation: str  # XK_AOT_IMPLEMENTATION (unquoted)
     steps: list[Step]
     library: Path
     build_dir: Path
@@ -573,7 +471,6 @@ class Plan:
             if self.host_sycl_prefix
             else f"none next to Python; host code builds against {tc.prefix}"
         )
-        kern = ", ".join(f"{f} ({len(n)})" for f, n in self.kernels.items()) or "none (no kernel lists a name)"
         libsycl = f"libsycl.so.{tc.libsycl_major}" if tc.libsycl_major else "libsycl (version unknown)"
         cuda_plugin = tc.cuda_adapter or f"not installed (no libur_adapter_cuda.so in {tc.lib_dir})"
         lines = [
@@ -585,8 +482,8 @@ class Plan:
             f"  targets      : {','.join(t.targets)} ({t.source})",
             f"  backend opts : {shlex.join(t.backend_options) if t.backend_options else '(none)'}",
             f"  FP flags     : {shlex.join(self.fp_flags)}",
-            f"  kernels      : {kern}",
-            f"  library      : {self.library}",
+            f"  launchers    : {self.source} (every kernel table; abi.h xk_aot_library_v1), sub-group {self.sub_group}",
+            f"  library      : {self.library} (loaded by the extension at run time)",
         ]
         lines += [f"  note         : {n}" for n in (*t.notes, *self.notes)]
         return "\n".join(lines)
@@ -595,11 +492,8 @@ class Plan:
         return [s.shell() for s in self.steps]
 
     def write(self) -> Path:
-        """Writes the generated sources and the CMake fragment; returns the fragment's path."""
-        for path, text in self.generated.items():
-            path.parent.mkdir(parents=True, exist_ok=True)
-            if not path.exists() or path.read_text() != text:
-                path.write_text(text)
+        """Writes the CMake fragment; returns its path."""
+        self.build_dir.mkdir(parents=True, exist_ok=True)
         frag = self.build_dir / "oneapi_aot_plan.cmake"
         text = self.cmake_fragment()
         if not frag.exists() or frag.read_text() != text:
@@ -608,7 +502,7 @@ class Plan:
 
     def cmake_fragment(self) -> str:
         out = [
-            "# Generated by buildtools/oneapi.py: the exact icpx commands of the AOT kernel library.",
+            "# Generated by buildtools/oneapi.py: the exact icpx commands of the AOT launcher library.",
             "# Read by cmake/OneAPIAOT.cmake. Do not edit; re-run the build instead.",
         ]
 
@@ -618,6 +512,7 @@ class Plan:
         setv("XK_SYCL_AOT_COMPILER", [str(self.toolchain.icpx)])
         setv("XK_SYCL_AOT_COMPILER_VERSION", [self.toolchain.version_str])
         setv("XK_SYCL_AOT_TARGET_SPEC", [self.targets.provider_spec])
+        setv("XK_SYCL_AOT_SUB_GROUP", [str(self.sub_group)])
         setv("XK_SYCL_AOT_LIBRARY", [str(self.library)])
         setv("XK_SYCL_AOT_STEP_COUNT", [str(len(self.steps))])
         for i, s in enumerate(self.steps):
@@ -664,8 +559,9 @@ def make_plan(
             raise OneAPIError(
                 f"icpx {tc.version_str} at {tc.prefix} builds against libsycl.so.{tc.libsycl_major}, but the SYCL "
                 f"runtime xkernels links ({host_sycl_prefix}) is libsycl.so.{host_major}; one process cannot use "
-                "both. Install the matching runtime wheels (pip install 'intel-sycl-rt=="
-                f"{tc.version[0]}.{tc.version[1]}.*' 'intel-cmplr-lib-ur=={tc.version[0]}.{tc.version[1]}.*'), "
+                "both (the extension hands its sycl::queue to the launcher library). Install the matching runtime "
+                f"wheels (pip install 'intel-sycl-rt=={tc.version[0]}.{tc.version[1]}.*' "
+                f"'intel-cmplr-lib-ur=={tc.version[0]}.{tc.version[1]}.*'), "
                 "use a oneAPI release with the same libsycl major version, or " + OFF_HINT
             )
         if tc.libsycl_major is None or host_major is None:
@@ -681,105 +577,63 @@ def make_plan(
         )
     tgt = resolve_targets(env, tc, find_cuda_toolkit(env, system_cuda_dirs))
 
-    kernels_dir = repo_root / "csrc" / "sycl" / "kernels"
-    kernel_files = sorted(kernels_dir.glob("*.hpp")) if kernels_dir.is_dir() else []
-    kernels: dict[str, list[str]] = {}
-    macros = kernel_macros(f.read_text() for f in kernel_files)
-    for f in kernel_files:
-        names = read_kernel_manifest(f, macros)
-        if names:
-            kernels[f.name] = names
-    if not kernels:
-        notes.append(
-            "no kernel file lists '// xkernels-aot:' names: the library holds no kernels and every "
-            "kernel is compiled at run time"
+    sycl_dir = repo_root / "csrc" / "sycl"
+    source = repo_root / LAUNCHERS
+    if not source.is_file():
+        raise OneAPIError(
+            f"{source} is missing: the ahead-of-time launcher library is built from it. Restore it "
+            "(git checkout -- csrc/sycl/aot), or " + OFF_HINT
         )
-
-    gen_dir = build_dir / "gen"
-    obj_dir = build_dir / "obj"
+    kernels_dir = sycl_dir / "kernels"
+    depends = (source, *sorted(source.parent.glob("*.h")), *sorted(kernels_dir.glob("*.hpp")))
     library = library_dir / LIBRARY_NAME
-    base = [str(tc.icpx), "-fsycl", f"-fsycl-targets={','.join(tgt.targets)}"]
+    sub_group = aot_sub_group(tgt.targets)
+    implementation = f"icpx {tc.version_str} ({','.join(tgt.targets)})"
+    flags_str = shlex.join(fp)
     cuda_path = [f"--cuda-path={tgt.cuda_toolkit}"] if tgt.cuda_toolkit else []
-    # Backend options go on every line: the NVPTX compile binds the architecture at compile time, the
-    # device link/ocloc step at link time.
-    compile_common = [
-        *base,
+    rpath = ["$ORIGIN", "$ORIGIN/../../.."]
+    if host_sycl_prefix:
+        rpath.append(str(Path(host_sycl_prefix) / "lib"))
+    rpath.append(str(tc.lib_dir))
+    # One compile-and-link: the backend options bind the NVPTX architecture and the ocloc devices; the
+    # library exports only xk_aot_library_v1 (launchers.cpp marks it visible).
+    argv = [
+        str(tc.icpx),
+        "-fsycl",
+        f"-fsycl-targets={','.join(tgt.targets)}",
         *tgt.backend_options,
         *cuda_path,
         "-std=c++17",
         "-O2",
         "-fPIC",
         *fp,
-        f"-I{kernels_dir}",
-        f"-I{repo_root / 'csrc' / 'sycl'}",
-    ]
-    aot_header = repo_root / "csrc" / "sycl" / "aot_kernels.h"
-    generated: dict[Path, str] = {}
-    steps: list[Step] = []
-    objects: list[Path] = []
-    idents: dict[str, str] = {}
-    for fname, names in kernels.items():
-        ident = _ident(Path(fname).stem)
-        if ident in idents:
-            raise OneAPIError(
-                f"kernel files {idents[ident]} and {fname} map to the same generated name '{ident}'; rename one of them"
-            )
-        idents[ident] = fname
-        src = gen_dir / f"kernels_{ident}.cpp"
-        obj = obj_dir / f"kernels_{ident}.o"
-        generated[src] = generated_kernel_tu(fname, names)
-        others = tuple(p for p in kernel_files)  # a kernel file may include a shared helper header
-        steps.append(
-            Step(
-                (*compile_common, "-c", str(src), "-o", str(obj)),
-                obj,
-                (src, aot_header, *others),
-                f"icpx: ahead-of-time SYCL kernels of {fname} ({len(names)} names)",
-            )
-        )
-        objects.append(obj)
-    flags_str = shlex.join(fp)
-    index_src = gen_dir / "index.cpp"
-    index_obj = obj_dir / "index.o"
-    generated[index_src] = generated_index_tu(
-        list(idents), {"targets": tgt.provider_spec, "compiler": f"icpx {tc.version_str}", "flags": flags_str}
-    )
-    steps.append(
-        Step(
-            (*compile_common, "-c", str(index_src), "-o", str(index_obj)),
-            index_obj,
-            (index_src, aot_header),
-            "icpx: ahead-of-time kernel index",
-        )
-    )
-    objects.append(index_obj)
-    rpath = ["$ORIGIN", "$ORIGIN/../../.."]
-    if host_sycl_prefix:
-        rpath.append(str(Path(host_sycl_prefix) / "lib"))
-    rpath.append(str(tc.lib_dir))
-    link = [
-        *base,
-        *tgt.backend_options,
-        *cuda_path,
-        "-O2",
-        "-fPIC",
-        *fp,
+        "-fvisibility=hidden",
+        f"-DXK_AOT_SUB_GROUP={sub_group}",
+        f"-DXK_AOT_IMPLEMENTATION={_cpp_str(implementation)}",
+        f"-DXK_AOT_FLAGS={_cpp_str(flags_str)}",
+        f"-I{sycl_dir}",
         "-shared",
         f"-Wl,-soname,{LIBRARY_NAME}",
         f"-Wl,-rpath,{':'.join(rpath)}",
         "-o",
         str(library),
-        *map(str, objects),
+        str(source),
     ]
-    steps.append(
-        Step(tuple(link), library, tuple(objects), f"icpx: linking {LIBRARY_NAME} for {','.join(tgt.targets)}")
-    )
+    steps = [
+        Step(
+            tuple(argv),
+            library,
+            tuple(depends),
+            f"icpx: ahead-of-time SYCL launchers ({LAUNCHERS.name}) -> {LIBRARY_NAME} for {','.join(tgt.targets)}",
+        )
+    ]
     return Plan(
         tc,
         tgt,
         fp,
-        kernels,
-        generated,
+        source,
+        sub_group,
+        implementation,
         steps,
         library,
         build_dir,
@@ -810,7 +664,7 @@ def configure_for_setup(
     system_cuda_dirs: Sequence[str] = DEFAULT_SYSTEM_CUDA_DIRS,
 ) -> SetupResult:
     """What setup.py and scripts/dev_build.sh call: plans (when a toolchain is there), writes the
-    generated files, and returns the CMake arguments and the summary to print."""
+    CMake fragment, and returns the CMake arguments and the summary to print."""
     mode = env.get("XKERNELS_SYCL_AOT", "auto").strip().lower() or "auto"
     if mode not in ("auto", "on", "off"):
         raise OneAPIError(f"XKERNELS_SYCL_AOT must be auto, on or off, got {env.get('XKERNELS_SYCL_AOT')!r}")
@@ -838,11 +692,6 @@ def configure_for_setup(
                 "<oneapi>/setvars.sh) or put icpx on PATH"
             )
         return off("no oneAPI compiler (ONEAPI_ROOT unset, no icpx on PATH); kernels are compiled at run time")
-    if not plan.kernels:
-        return off(
-            f"icpx {plan.toolchain.version_str} found, but no kernel file in csrc/sycl/kernels lists "
-            "'// xkernels-aot:' names; kernels are compiled at run time"
-        )
     frag = plan.write()
     return SetupResult(plan, plan.cmake_args(frag), plan.summary())
 
@@ -856,7 +705,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         ),
     )
     ap.add_argument("--repo-root", type=Path, default=Path(__file__).resolve().parent.parent)
-    ap.add_argument("--build-dir", type=Path, required=True, help="where generated sources and objects go")
+    ap.add_argument("--build-dir", type=Path, required=True, help="where the CMake fragment goes")
     ap.add_argument("--library-dir", type=Path, required=True, help=f"where {LIBRARY_NAME} goes (next to _C)")
     ap.add_argument("--host-sycl-prefix", default="", help="prefix of the SYCL runtime the host code links")
     ap.add_argument("--show-commands", action="store_true", help="also print the exact icpx commands to stderr")

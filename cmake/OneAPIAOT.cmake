@@ -1,7 +1,10 @@
 # Ahead-of-time SYCL kernels compiled by icpx (oneAPI DPC++). buildtools/oneapi.py plans them
-# (toolchain checks, targets, floating-point flags, generated sources) and writes the exact icpx
-# commands to a CMake fragment; this file runs those commands unchanged (VERBATIM) and links the
-# resulting libxkernels_sycl_aot.so into _C. See docs/oneapi.md.
+# (toolchain checks, targets, floating-point flags) and writes the exact icpx command to a CMake
+# fragment: one compile-and-link of csrc/sycl/aot/launchers.cpp (the standard-SYCL launcher TU that
+# AdaptiveCpp also builds, cmake/AcppBackend.cmake) into libxkernels_sycl_aot.so, exporting the C
+# interface of csrc/sycl/aot/abi.h. This file runs that command unchanged (VERBATIM). The extension
+# does not link the library: like libxkernels_acpp.so it is built beside _C (the planner's
+# --library-dir is _C's output directory) and the extension dlopens it. See docs/oneapi.md.
 #
 #   XKERNELS_SYCL_AOT_PLAN    the fragment (empty: no AOT library; kernels compile at run time)
 #   XKERNELS_SYCL_AOT_REASON  why there is none, for the configuration summary
@@ -33,11 +36,11 @@ if(XKERNELS_SYCL_AOT_PLAN)
       COMMENT "${XK_SYCL_AOT_STEP_${i}_COMMENT}"
       VERBATIM)
   endforeach()
-  add_custom_target(xkernels_sycl_aot DEPENDS "${XK_SYCL_AOT_LIBRARY}")
+  add_custom_target(xkernels_sycl_aot ALL DEPENDS "${XK_SYCL_AOT_LIBRARY}")
   set(XK_WITH_SYCL_AOT ON)
   set(XK_SYCL_AOT_CONFIG "icpx ${XK_SYCL_AOT_COMPILER_VERSION}: ${XK_SYCL_AOT_TARGET_SPEC}")
   list(APPEND XK_SUMMARY "SYCL AOT        : ON — icpx ${XK_SYCL_AOT_COMPILER_VERSION}, images: ${XK_SYCL_AOT_TARGET_SPEC}")
-  list(APPEND XK_SUMMARY "                  ${XK_SYCL_AOT_LIBRARY}")
+  list(APPEND XK_SUMMARY "                  ${XK_SYCL_AOT_LIBRARY} (launchers.cpp; loaded at run time)")
 else()
   if(XKERNELS_SYCL_AOT_REASON)
     list(APPEND XK_SUMMARY "SYCL AOT        : OFF — ${XKERNELS_SYCL_AOT_REASON}")
@@ -46,20 +49,32 @@ else()
   endif()
 endif()
 
-# Links the AOT library into `tgt` and tells the kernel provider it is there.
+# Builds the AOT library with `tgt` and tells the extension it is there. Not linked: the extension
+# dlopens $ORIGIN/libxkernels_sycl_aot.so (the directory of its own module) and calls
+# xk_aot_library_v1 (abi.h), passing its DPC++ queue to the launchers.
 function(xk_configure_sycl_aot_target tgt)
   if(NOT XK_WITH_SYCL_AOT)
     return()
   endif()
-  add_dependencies(${tgt} xkernels_sycl_aot)
-  target_link_libraries(${tgt} PRIVATE "${XK_SYCL_AOT_LIBRARY}")
-  target_compile_definitions(${tgt} PRIVATE XKERNELS_SYCL_AOT=1
-                             "XKERNELS_SYCL_AOT_TARGETS=\"${XK_SYCL_AOT_TARGET_SPEC}\"")
-  # The library sits next to _C (same output directory, installed together).
-  get_target_property(_rp ${tgt} INSTALL_RPATH)
-  if(NOT _rp)
-    set(_rp "")
+  # The planner put the library in _C's output directory; the run-time lookup relies on it.
+  get_target_property(_out ${tgt} LIBRARY_OUTPUT_DIRECTORY)
+  if(NOT _out)
+    set(_out "${CMAKE_LIBRARY_OUTPUT_DIRECTORY}")
   endif()
-  list(PREPEND _rp "$ORIGIN")
-  set_target_properties(${tgt} PROPERTIES INSTALL_RPATH "${_rp}" BUILD_WITH_INSTALL_RPATH ON)
+  get_filename_component(_lib_dir "${XK_SYCL_AOT_LIBRARY}" DIRECTORY)
+  if(_out)
+    get_filename_component(_out_real "${_out}" REALPATH)
+    get_filename_component(_lib_real "${_lib_dir}" REALPATH)
+    if(NOT _out_real STREQUAL _lib_real)
+      message(FATAL_ERROR "The planned ${XK_SYCL_AOT_LIBRARY} is not in ${tgt}'s output directory (${_out}); "
+                          "the extension loads it from beside itself. Re-run the planner with "
+                          "--library-dir ${_out} (setup.py and scripts/dev_build.sh pass it).")
+    endif()
+  endif()
+  add_dependencies(${tgt} xkernels_sycl_aot)
+  target_link_libraries(${tgt} PRIVATE ${CMAKE_DL_LIBS})
+  get_filename_component(_lib_name "${XK_SYCL_AOT_LIBRARY}" NAME)
+  target_compile_definitions(${tgt} PRIVATE XKERNELS_SYCL_AOT=1
+                             "XKERNELS_SYCL_AOT_TARGETS=\"${XK_SYCL_AOT_TARGET_SPEC}\""
+                             "XKERNELS_SYCL_AOT_LIBRARY=\"${_lib_name}\"")
 endfunction()
