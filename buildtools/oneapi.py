@@ -26,7 +26,7 @@ What it does, from the environment and the files it finds:
    directory), which loads it at run time and passes its DPC++ ``sycl::queue*`` to the launchers
    (hence the libsycl major-version check of step 2).
 
-Floating point: the policy of cmake/FPFlags.cmake (no fast-math, no automatic FMA contraction),
+Floating point: the "host:" line of cmake/fp_flags.txt (no fast-math, no automatic FMA contraction),
 read from that file, preceded by ``-fp-model=precise`` (icpx's default model is *fast*, and
 ``precise`` alone would allow contraction, hence the FPFlags list after it) and followed by
 ``-foffload-fp32-prec-div -foffload-fp32-prec-sqrt`` (correctly rounded fp32 division and square
@@ -53,7 +53,6 @@ MIN_ONEAPI_VERSION = (2025, 0)  # the SYCL runtime generation the extension uses
 DEFAULT_CUDA_ARCH = "sm_75"  # lowest architecture CUDA 13 still compiles for; PTX runs on newer GPUs
 LIBRARY_NAME = "libxkernels_sycl_aot.so"
 ICPX_FP_MODEL = "-fp-model=precise"
-OFFLOAD_PREC_FLAGS = ("-foffload-fp32-prec-div", "-foffload-fp32-prec-sqrt")
 CUDA_TRIPLE = "nvptx64-nvidia-cuda"
 GENERIC_TARGETS = ("spir64", "spir64_x86_64", "spir64_gen", CUDA_TRIPLE)
 TARGET_ALIASES = {
@@ -265,19 +264,22 @@ def find_cuda_toolkit(env: Mapping[str, str], system_dirs: Sequence[str] = DEFAU
     return None
 
 
-def read_fp_flags(repo_root: Path) -> list[str]:
-    """The host FP flag list of cmake/FPFlags.cmake: one policy, written once."""
-    text = (repo_root / "cmake" / "FPFlags.cmake").read_text()
-    m = re.search(r"^\s*set\(XK_HOST_FP_FLAGS\s+([^)]*)\)", text, re.MULTILINE)
-    if not m:
+def read_fp_flags(repo_root: Path, which: str = "host") -> list[str]:
+    """A flag list of cmake/fp_flags.txt ("host:", "sycl:", "nvcc:"): one policy, written once."""
+    text = (repo_root / "cmake" / "fp_flags.txt").read_text()
+    m = re.search(rf"^{re.escape(which)}:[ \t]*(.*)$", text, re.MULTILINE)
+    if not m or not m.group(1).split():
         raise OneAPIError(
-            "cmake/FPFlags.cmake defines no XK_HOST_FP_FLAGS list; the AOT build cannot pin the floating-point policy"
+            f"cmake/fp_flags.txt has no '{which}:' line; the AOT build cannot pin the floating-point policy"
         )
     return m.group(1).split()
 
 
 def icpx_fp_flags(repo_root: Path) -> list[str]:
-    return [ICPX_FP_MODEL, *read_fp_flags(repo_root), *OFFLOAD_PREC_FLAGS]
+    """-fp-model=precise, then the host flags (icpx compiles host and device code in one), then the device-only
+    flags of the "sycl:" line (correctly rounded fp32 division and sqrt)."""
+    host = read_fp_flags(repo_root, "host")
+    return [ICPX_FP_MODEL, *host, *(f for f in read_fp_flags(repo_root, "sycl") if f not in host)]
 
 
 # --------------------------------------------------------------------------- targets

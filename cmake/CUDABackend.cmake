@@ -10,7 +10,7 @@
 # Architectures: TORCH_CUDA_ARCH_LIST (environment or cache; torch's syntax, e.g. "8.0;9.0",
 # "8.6 9.0+PTX", "9.0a") or CMAKE_CUDA_ARCHITECTURES; default SASS for sm_80 and sm_90 plus
 # PTX for compute_90 (newer GPUs JIT it).
-# Floating point (FPFlags.cmake, cuda_nvcc_flags.txt): --fmad=false -prec-div=true -prec-sqrt=true -ftz=false.
+# Floating point: the "nvcc:" line of cmake/fp_flags.txt (--fmad=false -prec-div=true -prec-sqrt=true -ftz=false).
 set(XK_WITH_CUDA OFF)
 set(XK_CUDA_ARCHS "")
 string(TOUPPER "${XKERNELS_CUDA}" _xk_cuda_opt)
@@ -107,6 +107,7 @@ list(APPEND XK_SUMMARY "CUDA backend    : ${XK_WITH_CUDA} — ${_xk_cuda_reason}
 # nvcc flags (FP policy and torch's extension conventions): one list shared with
 # scripts/check_cuda_compile.sh.
 file(STRINGS "${CMAKE_CURRENT_LIST_DIR}/cuda_nvcc_flags.txt" XK_CUDA_FLAGS REGEX "^[^#]")
+list(PREPEND XK_CUDA_FLAGS ${XK_NVCC_FP_FLAGS})
 
 function(xk_configure_cuda_target tgt)
   if(NOT XK_WITH_CUDA)

@@ -1,12 +1,16 @@
-# Floating-point semantics, pinned identically on every backend. The policy is
-# written down once, in README.md ("Floating-point semantics"):
-#   * no fast-math: IEEE division and sqrt, NaN/Inf honoured, no reassociation;
-#   * no automatic FMA contraction by the compiler (a*b+c stays two roundings) —
-#     kernels that want a fused multiply-add say so explicitly (fma()), which
-#     makes the choice visible in the source and identical across compilers.
-# Host (reference) kernels: gcc/clang flags below.
-# SYCL device code:       the same flags are passed to the run-time compiler
-#                         (csrc/sycl/runtime.cpp, kDeviceFPOptions) and to icpx.
-# CUDA device code:       --fmad=false -prec-div=true -prec-sqrt=true -ftz=false (CUDABackend.cmake).
-set(XK_HOST_FP_FLAGS -fno-fast-math -ffp-contract=off -fno-associative-math -fno-reciprocal-math)
-string(REPLACE ";" " " XK_HOST_FP_FLAGS_STR "${XK_HOST_FP_FLAGS}")
+# Floating-point flags, pinned identically on every backend: read from cmake/fp_flags.txt, the one list.
+#   XK_HOST_FP_FLAGS (+ _STR)  host C++ and AdaptiveCpp
+#   XK_SYCL_FP_FLAGS (+ _STR)  DPC++'s run-time kernel compiler (compiled into the extension)
+#   XK_NVCC_FP_FLAGS           nvcc (CUDABackend.cmake)
+file(STRINGS "${CMAKE_CURRENT_LIST_DIR}/fp_flags.txt" _xk_fp_lines REGEX "^[a-z]+:")
+foreach(_line IN LISTS _xk_fp_lines)
+  string(REGEX MATCH "^([a-z]+):[ ]*(.*)$" _m "${_line}")
+  string(TOUPPER "${CMAKE_MATCH_1}" _which)
+  separate_arguments(XK_${_which}_FP_FLAGS UNIX_COMMAND "${CMAKE_MATCH_2}")
+endforeach()
+foreach(_which HOST SYCL NVCC)
+  if(NOT XK_${_which}_FP_FLAGS)
+    message(FATAL_ERROR "cmake/fp_flags.txt has no '${_which}' line")
+  endif()
+  string(REPLACE ";" " " XK_${_which}_FP_FLAGS_STR "${XK_${_which}_FP_FLAGS}")
+endforeach()

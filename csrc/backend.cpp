@@ -68,8 +68,9 @@ bool sycl_cpu_available(at::ScalarType, std::string* why_not) {
 #ifndef XKERNELS_WITH_ACPP
 bool acpp_cpu_available(std::string* why_not) {
   if (why_not)
-    *why_not = "xkernels was built without the acpp backend (AdaptiveCpp's acpp was not found at build time; "
-               "set ACPP_ROOT or put acpp on PATH and rebuild, see README)";
+    *why_not =
+        "xkernels was built without the acpp backend (AdaptiveCpp's acpp was not found at build time; "
+        "set ACPP_ROOT or put acpp on PATH and rebuild, see README)";
   return false;
 }
 #endif

@@ -31,11 +31,14 @@ PYBIND11_MODULE(_C, m) {
 #else
   m.attr("with_acpp") = false;
 #endif
-  m.def("acpp_status", [] {
-    std::string why;
-    const bool ok = acpp_cpu_available(&why);
-    return py::make_tuple(ok, why);
-  }, "(available, reason) of the acpp backend (AdaptiveCpp's ahead-of-time kernels) for CPU tensors.");
+  m.def(
+      "acpp_status",
+      [] {
+        std::string why;
+        const bool ok = acpp_cpu_available(&why);
+        return py::make_tuple(ok, why);
+      },
+      "(available, reason) of the acpp backend (AdaptiveCpp's ahead-of-time kernels) for CPU tensors.");
 #ifdef XKERNELS_WITH_CUDA
   m.attr("with_cuda") = true;
 #else

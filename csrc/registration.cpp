@@ -2,8 +2,8 @@
 // Backend kernels are registered per dispatch key at the end of each backend's
 // host files (csrc/cpu, csrc/sycl, csrc/cuda). Composite ops live here.
 #include <ATen/ATen.h>
-#include <ATen/core/grad_mode.h>
 #include <ATen/core/LegacyTypeDispatch.h>
+#include <ATen/core/grad_mode.h>
 #include <torch/csrc/autograd/variable.h>
 #include <torch/library.h>
 
@@ -24,9 +24,10 @@ at::Tensor conv2d_padding_composite(const at::Tensor& input, const at::Tensor& w
   at::Tensor x = input;
   const int64_t extra_h = pads[0][1] - pads[0][0], extra_w = pads[1][1] - pads[1][0];
   if (extra_h != 0 || extra_w != 0) x = at::constant_pad_nd(input, {0, extra_w, 0, extra_h}, 0);
-  static auto op = c10::Dispatcher::singleton().findSchemaOrThrow("xkernels::conv2d", "").typed<at::Tensor(
-      const at::Tensor&, const at::Tensor&, const std::optional<at::Tensor>&, c10::SymIntArrayRef,
-      c10::SymIntArrayRef, c10::SymIntArrayRef, c10::SymInt)>();
+  static auto op = c10::Dispatcher::singleton()
+                       .findSchemaOrThrow("xkernels::conv2d", "")
+                       .typed<at::Tensor(const at::Tensor&, const at::Tensor&, const std::optional<at::Tensor>&,
+                                         c10::SymIntArrayRef, c10::SymIntArrayRef, c10::SymIntArrayRef, c10::SymInt)>();
   std::vector<c10::SymInt> sym_pad{pads[0][0], pads[1][0]};
   return op.call(x, weight, bias, stride, sym_pad, dilation, std::move(groups));
 }
@@ -57,7 +58,9 @@ at::Tensor& layer_norm_out_autograd(const at::Tensor& input, c10::SymIntArrayRef
     for (const auto& [name, t] : args)
       TORCH_CHECK(t == nullptr || !t->defined() || !t->requires_grad(),
                   "xkernels.layer_norm(): functions with out=... arguments don't support automatic differentiation, "
-                  "but argument '", name, "' requires grad; call it under torch.no_grad() / torch.inference_mode(), "
+                  "but argument '",
+                  name,
+                  "' requires grad; call it under torch.no_grad() / torch.inference_mode(), "
                   "or without out= to differentiate");
   }
   static auto op = c10::Dispatcher::singleton()
@@ -85,10 +88,10 @@ at::Tensor fused_linear_relu_packed_autograd(const at::Tensor& input, const at::
                   "' requires grad; call it under torch.no_grad() / torch.inference_mode(), or use "
                   "fused_linear_relu with the unpacked weight to differentiate");
   }
-  static auto op = c10::Dispatcher::singleton()
-                       .findSchemaOrThrow("xkernels::fused_linear_relu_packed", "")
-                       .typed<at::Tensor(const at::Tensor&, const at::Tensor&, const std::optional<at::Tensor>&,
-                                         c10::SymInt)>();
+  static auto op =
+      c10::Dispatcher::singleton()
+          .findSchemaOrThrow("xkernels::fused_linear_relu_packed", "")
+          .typed<at::Tensor(const at::Tensor&, const at::Tensor&, const std::optional<at::Tensor>&, c10::SymInt)>();
   at::AutoDispatchBelowADInplaceOrView below;
   return op.call(input, packed_weight, bias, std::move(out_features));
 }
@@ -106,36 +109,42 @@ TORCH_LIBRARY(xkernels, m) {
   // only; inference only (not differentiable: arguments that require grad raise with grad mode on).
   m.def("fused_linear_relu_packed(Tensor input, Tensor packed_weight, Tensor? bias, SymInt out_features) -> Tensor");
   // Grads of fused_linear_relu (input, weight, bias) from the forward output's ReLU mask; unrequested grads are empty.
-  m.def("fused_linear_relu_backward(Tensor grad_output, Tensor input, Tensor weight, Tensor output, "
-        "bool[3] output_mask) -> (Tensor, Tensor, Tensor)");
+  m.def(
+      "fused_linear_relu_backward(Tensor grad_output, Tensor input, Tensor weight, Tensor output, "
+      "bool[3] output_mask) -> (Tensor, Tensor, Tensor)");
   // F.conv2d with integer padding: NCHW or channels_last, batched or unbatched, groups, dilation.
-  m.def("conv2d(Tensor input, Tensor weight, Tensor? bias=None, SymInt[2] stride=1, SymInt[2] padding=0, "
-        "SymInt[2] dilation=1, SymInt groups=1) -> Tensor");
+  m.def(
+      "conv2d(Tensor input, Tensor weight, Tensor? bias=None, SymInt[2] stride=1, SymInt[2] padding=0, "
+      "SymInt[2] dilation=1, SymInt groups=1) -> Tensor");
   // F.conv2d with padding='same' | 'valid' (composite: pads the odd remainder, then calls conv2d).
-  m.def("conv2d.padding(Tensor input, Tensor weight, Tensor? bias=None, SymInt[2] stride=1, str padding=\"valid\", "
-        "SymInt[2] dilation=1, SymInt groups=1) -> Tensor");
+  m.def(
+      "conv2d.padding(Tensor input, Tensor weight, Tensor? bias=None, SymInt[2] stride=1, str padding=\"valid\", "
+      "SymInt[2] dilation=1, SymInt groups=1) -> Tensor");
   // Grads of conv2d (input, weight, bias); unrequested grads are empty.
-  m.def("conv2d_backward(Tensor grad_output, Tensor input, Tensor weight, SymInt[2] stride, SymInt[2] padding, "
-        "SymInt[2] dilation, SymInt groups, bool[3] output_mask) -> (Tensor, Tensor, Tensor)");
+  m.def(
+      "conv2d_backward(Tensor grad_output, Tensor input, Tensor weight, SymInt[2] stride, SymInt[2] padding, "
+      "SymInt[2] dilation, SymInt groups, bool[3] output_mask) -> (Tensor, Tensor, Tensor)");
   // F.layer_norm over the trailing normalized_shape dims (composite over layer_norm_forward).
-  m.def("layer_norm(Tensor input, SymInt[] normalized_shape, Tensor? weight=None, Tensor? bias=None, "
-        "float eps=1e-05) -> Tensor");
+  m.def(
+      "layer_norm(Tensor input, SymInt[] normalized_shape, Tensor? weight=None, Tensor? bias=None, "
+      "float eps=1e-05) -> Tensor");
   // layer_norm into a caller-provided `out` (inference only: no statistics saved, not differentiable);
   // out must have the input's shape, dtype and device and must not partially overlap the inputs.
-  m.def("layer_norm.out(Tensor input, SymInt[] normalized_shape, Tensor? weight=None, Tensor? bias=None, "
-        "float eps=1e-05, *, Tensor(a!) out) -> Tensor(a!)",
-        {at::Tag::out});
+  m.def(
+      "layer_norm.out(Tensor input, SymInt[] normalized_shape, Tensor? weight=None, Tensor? bias=None, "
+      "float eps=1e-05, *, Tensor(a!) out) -> Tensor(a!)",
+      {at::Tag::out});
   // layer_norm returning (output, mean, rstd); mean/rstd in the accumulation dtype, shaped for broadcasting.
-  m.def("layer_norm_forward(Tensor input, SymInt[] normalized_shape, Tensor? weight=None, Tensor? bias=None, "
-        "float eps=1e-05) -> (Tensor, Tensor, Tensor)");
+  m.def(
+      "layer_norm_forward(Tensor input, SymInt[] normalized_shape, Tensor? weight=None, Tensor? bias=None, "
+      "float eps=1e-05) -> (Tensor, Tensor, Tensor)");
   // Grads of layer_norm (input, weight, bias) from the saved mean/rstd; unrequested grads are empty.
-  m.def("layer_norm_backward(Tensor grad_output, Tensor input, SymInt[] normalized_shape, Tensor mean, Tensor rstd, "
-        "Tensor? weight, Tensor? bias, bool[3] output_mask) -> (Tensor, Tensor, Tensor)");
+  m.def(
+      "layer_norm_backward(Tensor grad_output, Tensor input, SymInt[] normalized_shape, Tensor mean, Tensor rstd, "
+      "Tensor? weight, Tensor? bias, bool[3] output_mask) -> (Tensor, Tensor, Tensor)");
 
-  m.impl("conv2d.padding", c10::DispatchKey::CompositeImplicitAutograd,
-         TORCH_FN(xkernels::conv2d_padding_composite));
+  m.impl("conv2d.padding", c10::DispatchKey::CompositeImplicitAutograd, TORCH_FN(xkernels::conv2d_padding_composite));
   m.impl("layer_norm", c10::DispatchKey::CompositeImplicitAutograd, TORCH_FN(xkernels::layer_norm_composite));
   m.impl("layer_norm.out", c10::DispatchKey::Autograd, TORCH_FN(xkernels::layer_norm_out_autograd));
-  m.impl("fused_linear_relu_packed", c10::DispatchKey::Autograd,
-         TORCH_FN(xkernels::fused_linear_relu_packed_autograd));
+  m.impl("fused_linear_relu_packed", c10::DispatchKey::Autograd, TORCH_FN(xkernels::fused_linear_relu_packed_autograd));
 }

@@ -23,8 +23,8 @@ static LinearProblem linear_problem(const char* op, const at::Tensor& input, int
   p.K = K;
   p.N = N;
   if (present(bias)) {
-    XK_CHECK_VALUE(bias->dim() == 1 && bias->size(0) == p.N, op, "argument 'bias' must have shape [", p.N, "] (",
-                   n_is, "), got ", bias->sizes());
+    XK_CHECK_VALUE(bias->dim() == 1 && bias->size(0) == p.N, op, "argument 'bias' must have shape [", p.N, "] (", n_is,
+                   "), got ", bias->sizes());
   }
   p.M = 1;
   for (int64_t d = 0; d + 1 < input.dim(); ++d) {
@@ -89,8 +89,10 @@ LinearProblem check_fused_linear_relu_packed(const at::Tensor& input, const at::
   XK_CHECK_VALUE(packed_weight.sizes() == at::IntArrayRef(expected), op, "argument 'packed_weight' has shape ",
                  packed_weight.sizes(), " but pack_linear_weight of a [out_features=", out_features, ", K=", K,
                  "] weight has shape ", at::IntArrayRef(expected));
-  XK_CHECK_VALUE(packed_weight.is_contiguous(), op, "argument 'packed_weight' must be contiguous (as "
-                 "pack_linear_weight returns it), got strides ", packed_weight.strides());
+  XK_CHECK_VALUE(packed_weight.is_contiguous(), op,
+                 "argument 'packed_weight' must be contiguous (as "
+                 "pack_linear_weight returns it), got strides ",
+                 packed_weight.strides());
   return linear_problem(op, input, K, out_features, bias, "out_features");
 }
 
@@ -137,9 +139,9 @@ static Conv2dProblem conv2d_problem(const char* op, const at::Tensor& input, con
                  " for input of shape ", input.sizes());
   const int64_t eff_kh = p.dilation[0] * (p.KH - 1) + 1, eff_kw = p.dilation[1] * (p.KW - 1) + 1;
   const int64_t ph = p.H + 2 * p.padding[0], pw = p.W + 2 * p.padding[1];
-  XK_CHECK_VALUE(eff_kh <= ph && eff_kw <= pw, op, "argument 'weight': the dilated kernel size (", eff_kh, ", ",
-                 eff_kw, ") is larger than the padded input size (", ph, ", ", pw, ") for input of shape ",
-                 input.sizes(), ", padding ", padding, ", dilation ", dilation);
+  XK_CHECK_VALUE(eff_kh <= ph && eff_kw <= pw, op, "argument 'weight': the dilated kernel size (", eff_kh, ", ", eff_kw,
+                 ") is larger than the padded input size (", ph, ", ", pw, ") for input of shape ", input.sizes(),
+                 ", padding ", padding, ", dilation ", dilation);
   p.OH = (ph - eff_kh) / p.stride[0] + 1;
   p.OW = (pw - eff_kw) / p.stride[1] + 1;
   // PyTorch's rule for CPU (mkldnn / slow2d) and CUDA (cuDNN): the output is channels_last
@@ -214,14 +216,14 @@ LayerNormProblem check_layer_norm(const at::Tensor& input, at::IntArrayRef norma
   for (int64_t s : normalized_shape)
     XK_CHECK_VALUE(s >= 0, op, "argument 'normalized_shape' must be non-negative, got ", normalized_shape);
   XK_CHECK_VALUE(input.dim() >= nd && input.sizes().slice(input.dim() - nd) == normalized_shape, op,
-                 "argument 'normalized_shape'=", normalized_shape, " must match the trailing dimensions of input of shape ",
-                 input.sizes());
+                 "argument 'normalized_shape'=", normalized_shape,
+                 " must match the trailing dimensions of input of shape ", input.sizes());
   if (present(weight))
-    XK_CHECK_VALUE(weight->sizes() == normalized_shape, op, "argument 'weight' must have shape normalized_shape=",
-                   normalized_shape, ", got ", weight->sizes());
+    XK_CHECK_VALUE(weight->sizes() == normalized_shape, op,
+                   "argument 'weight' must have shape normalized_shape=", normalized_shape, ", got ", weight->sizes());
   if (present(bias))
-    XK_CHECK_VALUE(bias->sizes() == normalized_shape, op, "argument 'bias' must have shape normalized_shape=",
-                   normalized_shape, ", got ", bias->sizes());
+    XK_CHECK_VALUE(bias->sizes() == normalized_shape, op,
+                   "argument 'bias' must have shape normalized_shape=", normalized_shape, ", got ", bias->sizes());
   LayerNormProblem p;
   p.normalized_shape = normalized_shape.vec();
   p.M = 1;
@@ -240,7 +242,8 @@ LayerNormProblem check_layer_norm(const at::Tensor& input, at::IntArrayRef norma
 
 std::tuple<at::Tensor, at::Tensor, at::Tensor> layer_norm_empty_outputs(const at::Tensor& input,
                                                                         const LayerNormProblem& p, EmptyFn empty) {
-  if (empty == nullptr) empty = [](at::IntArrayRef sizes, const at::TensorOptions& opts) { return at::empty(sizes, opts); };
+  if (empty == nullptr)
+    empty = [](at::IntArrayRef sizes, const at::TensorOptions& opts) { return at::empty(sizes, opts); };
   const auto stat_opts = input.options().dtype(layer_norm_stat_dtype(input.scalar_type()));
   return {empty(input.sizes(), input.options().memory_format(at::MemoryFormat::Contiguous)),
           empty(p.stat_sizes, stat_opts), empty(p.stat_sizes, stat_opts)};

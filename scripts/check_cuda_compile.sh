@@ -59,7 +59,11 @@ TORCH_ABI=$(sed -n 2p <<<"$TORCH_INFO")
 TORCH_VER=$(sed -n 3p <<<"$TORCH_INFO")
 NVCC_VER=$("$NVCC" --version | sed -n 's/.*release \([0-9.]*\).*/\1/p')
 
+# The nvcc floating-point flags (cmake/fp_flags.txt, "nvcc:") and the other flags (cmake/cuda_nvcc_flags.txt).
+read -r -a FP_FLAGS < <(sed -n 's/^nvcc:[[:space:]]*//p' cmake/fp_flags.txt)
+[ ${#FP_FLAGS[@]} -gt 0 ] || { echo "check_cuda_compile: cmake/fp_flags.txt has no 'nvcc:' line" >&2; exit 2; }
 mapfile -t FLAGS < <(grep -v '^#' cmake/cuda_nvcc_flags.txt | sed '/^[[:space:]]*$/d')
+FLAGS=("${FP_FLAGS[@]}" "${FLAGS[@]}")
 GENCODE=()
 for a in $ARCHS; do GENCODE+=(-gencode "arch=compute_${a},code=sm_${a}"); done
 LAST_ARCH=${ARCHS##* }
@@ -76,7 +80,7 @@ if [[ -z "$CUDA_INC" ]]; then
 fi
 CXX=${CXX:-c++}
 
-STAMP=$( { cat "$0" cmake/cuda_nvcc_flags.txt; find csrc/cuda csrc/include -type f | sort | xargs cat;
+STAMP=$( { cat "$0" cmake/cuda_nvcc_flags.txt cmake/fp_flags.txt; find csrc/cuda csrc/include -type f | sort | xargs cat;
            echo "$NVCC_VER $TORCH_VER $TORCH_INC $ARCHS"; } | sha256sum | cut -d' ' -f1)
 if [[ $FORCE == 0 && -f "$OUT/PASS" && "$(cat "$OUT/PASS")" == "$STAMP" ]]; then
   echo "check_cuda_compile: sources unchanged since the last successful check ($OUT/summary.txt):"

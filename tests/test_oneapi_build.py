@@ -123,10 +123,10 @@ def fake_cuda_toolkit(root: Path) -> Path:
 
 
 def fake_repo(root: Path, launchers: bool = True) -> Path:
-    """The parts of the repository the planner reads: cmake/FPFlags.cmake, the launcher TU and its headers
+    """The parts of the repository the planner reads: cmake/fp_flags.txt, the launcher TU and its headers
     (the real files)."""
     (root / "cmake").mkdir(parents=True, exist_ok=True)
-    shutil.copy(REPO / "cmake" / "FPFlags.cmake", root / "cmake" / "FPFlags.cmake")
+    shutil.copy(REPO / "cmake" / "fp_flags.txt", root / "cmake" / "fp_flags.txt")
     for sub in ("kernels", "aot"):
         shutil.copytree(REPO / "csrc" / "sycl" / sub, root / "csrc" / "sycl" / sub, dirs_exist_ok=True)
     if not launchers:
@@ -489,10 +489,17 @@ def test_exact_commands_unified_layout_spirv_only(tmp_path, repo):
     assert '-DXK_AOT_IMPLEMENTATION="icpx 2026.1.0 (spir64)"' in argv
 
 
-def test_fp_flags_are_the_policy_of_fpflags_cmake(tmp_path, repo):
-    """icpx's default model is fast: -fp-model=precise first, then the project's list, then IEEE div/sqrt."""
+def test_fp_flags_are_the_policy_of_fp_flags_txt(tmp_path, repo):
+    """icpx's default model is fast: -fp-model=precise first, then the host list of cmake/fp_flags.txt, then the
+    device-only flags of its sycl list (IEEE div/sqrt)."""
     assert oneapi.icpx_fp_flags(REPO) == FP
     assert oneapi.read_fp_flags(REPO) == FP[1:-2]
+    assert oneapi.read_fp_flags(REPO, "sycl")[-2:] == FP[-2:]
+    bad = tmp_path / "bad"
+    (bad / "cmake").mkdir(parents=True)
+    (bad / "cmake" / "fp_flags.txt").write_text("# no lists\nnvcc: --fmad=false\n")
+    with pytest.raises(oneapi.OneAPIError, match="no 'host:' line"):
+        oneapi.read_fp_flags(bad)
     root = fake_oneapi(tmp_path / "oneapi")
     plan = plan_for(tmp_path, repo, plan_env(tmp_path, ONEAPI_ROOT=str(root)))
     for step in plan.steps:

@@ -43,8 +43,7 @@ struct Strides4 {
 // with g = o / Og, ih = oh*stride_h - pad_h + kh*dilation_h (likewise iw); out-of-range
 // input positions are the zero padding, multiplied like any other value (so a NaN or Inf
 // weight makes the border outputs NaN, as in PyTorch's float32/float64 convolutions).
-at::Tensor conv2d(const at::Tensor& input, const at::Tensor& weight, const at::Tensor& bias,
-                  const Conv2dProblem& p) {
+at::Tensor conv2d(const at::Tensor& input, const at::Tensor& weight, const at::Tensor& bias, const Conv2dProblem& p) {
   const at::Tensor x = conv2d_as_4d_dense(input, p);
   const at::Tensor w = weight.contiguous(memory_format(p));
   const at::Tensor b = contiguous_if_defined(bias);
@@ -98,9 +97,9 @@ at::Tensor conv2d(const at::Tensor& input, const at::Tensor& weight, const at::T
 //   grad_bias[o] = sum_{n, oh, ow} dy[n, o, oh, ow]
 // grad_input and grad_weight come back in the problem's memory format (grad_input 3-D and
 // contiguous when the input is unbatched), as the fake implementation in ops.py says.
-std::tuple<at::Tensor, at::Tensor, at::Tensor> conv2d_backward(const at::Tensor& grad_output,
-                                                               const at::Tensor& input, const at::Tensor& weight,
-                                                               const Conv2dProblem& p, std::array<bool, 3> mask) {
+std::tuple<at::Tensor, at::Tensor, at::Tensor> conv2d_backward(const at::Tensor& grad_output, const at::Tensor& input,
+                                                               const at::Tensor& weight, const Conv2dProblem& p,
+                                                               std::array<bool, 3> mask) {
   const at::MemoryFormat fmt = memory_format(p);
   const at::Tensor x = conv2d_as_4d_dense(input, p);
   const at::Tensor dy = conv2d_as_4d_dense(grad_output, p);

@@ -80,12 +80,9 @@ at::Tensor fused_linear_relu(const at::Tensor& input, const at::Tensor& weight, 
 //   grad_input = g @ weight      [M, K]
 //   grad_weight = g^T @ input    [N, K]
 //   grad_bias = sum_rows(g)      [N]
-std::tuple<at::Tensor, at::Tensor, at::Tensor> fused_linear_relu_backward(const at::Tensor& grad_output,
-                                                                          const at::Tensor& input,
-                                                                          const at::Tensor& weight,
-                                                                          const at::Tensor& output,
-                                                                          const LinearProblem& p,
-                                                                          std::array<bool, 3> mask) {
+std::tuple<at::Tensor, at::Tensor, at::Tensor> fused_linear_relu_backward(
+    const at::Tensor& grad_output, const at::Tensor& input, const at::Tensor& weight, const at::Tensor& output,
+    const LinearProblem& p, std::array<bool, 3> mask) {
   const at::Tensor x = input.contiguous(), w = weight.contiguous();
   const at::Tensor dy = grad_output.contiguous(), y = output.contiguous();
   const int64_t M = p.M, N = p.N, K = p.K;

@@ -50,7 +50,7 @@ void layer_norm_forward_out(const at::Tensor& input, const at::Tensor& weight, c
           sq += d * d;
         }
         acc var = (sq - sd * (sd / static_cast<acc>(N))) / static_cast<acc>(N);  // biased, as F.layer_norm
-        if (var < acc(0)) var = acc(0);  // rounding; NaN stays NaN
+        if (var < acc(0)) var = acc(0);                                          // rounding; NaN stays NaN
         // A variance that overflows (|x| ~ 1e20 in float32) has no meaningful reciprocal: rstd
         // 0 would turn the row silently into the bias. Like PyTorch, rstd (and the row) is NaN.
         if (std::isinf(var)) var = std::numeric_limits<acc>::quiet_NaN();
@@ -75,7 +75,8 @@ void layer_norm_forward_out(const at::Tensor& input, const at::Tensor& weight, c
 std::tuple<at::Tensor, at::Tensor, at::Tensor> layer_norm_backward(const at::Tensor& grad_output,
                                                                    const at::Tensor& input, const at::Tensor& mean,
                                                                    const at::Tensor& rstd, const at::Tensor& weight,
-                                                                   const LayerNormProblem& p, std::array<bool, 3> mask) {
+                                                                   const LayerNormProblem& p,
+                                                                   std::array<bool, 3> mask) {
   const at::Tensor x = input.contiguous(), dy = grad_output.contiguous();
   const at::Tensor w = contiguous_if_defined(weight);
   const auto stat_dtype = layer_norm_stat_dtype(x.scalar_type());

@@ -18,9 +18,23 @@ namespace xkernels::cuda {
 namespace {
 
 k::ConvGeometry geometry(const Conv2dProblem& p) {
-  return {p.N,         p.C,         p.H,         p.W,         p.O,         p.KH,        p.KW,
-          p.OH,        p.OW,        p.C_per_group(), p.O_per_group(), p.stride[0], p.stride[1], p.padding[0],
-          p.padding[1], p.dilation[0], p.dilation[1]};
+  return {p.N,
+          p.C,
+          p.H,
+          p.W,
+          p.O,
+          p.KH,
+          p.KW,
+          p.OH,
+          p.OW,
+          p.C_per_group(),
+          p.O_per_group(),
+          p.stride[0],
+          p.stride[1],
+          p.padding[0],
+          p.padding[1],
+          p.dilation[0],
+          p.dilation[1]};
 }
 
 k::Strides4 strides4(const at::Tensor& t) {  // t is 4-D
@@ -102,7 +116,8 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> conv2d_backward(const at::Tensor&
   const at::Tensor dy = conv2d_as_4d_dense(grad_output, p);
   const at::Tensor x = conv2d_as_4d_dense(input, p);
   const at::Tensor w = weight.contiguous(fmt);
-  at::Tensor gi = mask[0] ? at::empty({p.N, p.C, p.H, p.W}, input.options().memory_format(fmt)) : empty_grad_like(input);
+  at::Tensor gi =
+      mask[0] ? at::empty({p.N, p.C, p.H, p.W}, input.options().memory_format(fmt)) : empty_grad_like(input);
   at::Tensor gw = mask[1] ? at::empty(weight.sizes(), weight.options().memory_format(fmt)) : empty_grad_like(weight);
   at::Tensor gb = mask[2] ? at::empty({p.O}, weight.options()) : empty_grad_like(weight);
   XK_DISPATCH_FLOATING_TYPES(input.scalar_type(), "xkernels.conv2d_backward", [&] {

@@ -25,8 +25,8 @@ at::Tensor fused_linear_relu(const at::Tensor& input, const at::Tensor& weight, 
     const k::RowMajorA<T> a{data_in<scalar_t>(x), p.K};
     const k::TransposedB<T> bt{data_in<scalar_t>(w), p.K};
     if (b.defined())
-      run_gemm<T>(op, 1, p.M, p.N, p.K, a, bt, k::LinearReluEpilogue<T, true>{data_out<scalar_t>(out), data_in<scalar_t>(b), p.N},
-                  out, stream);
+      run_gemm<T>(op, 1, p.M, p.N, p.K, a, bt,
+                  k::LinearReluEpilogue<T, true>{data_out<scalar_t>(out), data_in<scalar_t>(b), p.N}, out, stream);
     else
       run_gemm<T>(op, 1, p.M, p.N, p.K, a, bt, k::LinearReluEpilogue<T, false>{data_out<scalar_t>(out), nullptr, p.N},
                   out, stream);
@@ -34,12 +34,9 @@ at::Tensor fused_linear_relu(const at::Tensor& input, const at::Tensor& weight, 
   return out.view(p.out_sizes);
 }
 
-std::tuple<at::Tensor, at::Tensor, at::Tensor> fused_linear_relu_backward(const at::Tensor& grad_output,
-                                                                          const at::Tensor& input,
-                                                                          const at::Tensor& weight,
-                                                                          const at::Tensor& output,
-                                                                          const LinearProblem& p,
-                                                                          std::array<bool, 3> mask) {
+std::tuple<at::Tensor, at::Tensor, at::Tensor> fused_linear_relu_backward(
+    const at::Tensor& grad_output, const at::Tensor& input, const at::Tensor& weight, const at::Tensor& output,
+    const LinearProblem& p, std::array<bool, 3> mask) {
   const char* op = "fused_linear_relu_backward";
   const c10::cuda::CUDAGuard guard(input.device());
   const cudaStream_t stream = c10::cuda::getCurrentCUDAStream().stream();

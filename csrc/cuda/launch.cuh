@@ -27,20 +27,33 @@ namespace xkernels::cuda {
 namespace k = ::xkernels::cuda::kernels;
 
 // c10 element types -> the CUDA types the kernels use (identical bit layouts).
-template <typename T> struct CudaType { using type = T; };
-template <> struct CudaType<c10::Half> { using type = __half; };
-template <> struct CudaType<c10::BFloat16> { using type = __nv_bfloat16; };
-template <typename T> using cuda_t = typename CudaType<T>::type;
+template <typename T>
+struct CudaType {
+  using type = T;
+};
+template <>
+struct CudaType<c10::Half> {
+  using type = __half;
+};
+template <>
+struct CudaType<c10::BFloat16> {
+  using type = __nv_bfloat16;
+};
+template <typename T>
+using cuda_t = typename CudaType<T>::type;
 
-template <typename T> const cuda_t<T>* data_in(const at::Tensor& t) {
+template <typename T>
+const cuda_t<T>* data_in(const at::Tensor& t) {
   return t.defined() ? reinterpret_cast<const cuda_t<T>*>(t.const_data_ptr<T>()) : nullptr;
 }
-template <typename T> cuda_t<T>* data_out(at::Tensor& t) {
+template <typename T>
+cuda_t<T>* data_out(at::Tensor& t) {
   return reinterpret_cast<cuda_t<T>*>(t.mutable_data_ptr<T>());
 }
 
 // torch dtype of a kernel accumulation type (workspaces, layer_norm statistics).
-template <typename Acc> constexpr at::ScalarType acc_scalar_type() {
+template <typename Acc>
+constexpr at::ScalarType acc_scalar_type() {
   return std::is_same_v<Acc, double> ? at::kDouble : at::kFloat;
 }
 
@@ -64,7 +77,8 @@ inline int64_t sm_count() {
 // True when the code the driver loaded for `kernel` on the current device was compiled for
 // sm_80 or newer (the WMMA kernels need bf16 tensor cores). A build whose architecture list
 // lacks sm_80+ runs the SIMT kernels instead of trapping. Cached per kernel and device.
-template <typename Kernel> bool kernel_binary_sm80_plus(Kernel kernel) {
+template <typename Kernel>
+bool kernel_binary_sm80_plus(Kernel kernel) {
   static std::array<std::atomic<int>, 64> cache{};  // 0 unknown, 1 no, 2 yes
   const int dev = c10::cuda::current_device();
   std::atomic<int>* slot = (dev >= 0 && dev < 64) ? &cache[dev] : nullptr;
@@ -150,7 +164,8 @@ void run_column_sum(const char* op, int64_t R, int64_t C, const Load& load, cons
   const int64_t col_blocks = kRowsContiguous ? C : k::ceil_div(C, Tile::kColLanes);
   XK_CHECK(col_blocks <= INT_MAX, op, "too many columns for one launch: ", C);
   const int64_t row_lanes = kRowsContiguous ? Tile::kRowThreads : Tile::kRowLanes;
-  int64_t chunks = std::min(k::ceil_div(R, row_lanes * P::kMinRowsPerThread), std::max<int64_t>(1, target / col_blocks));
+  int64_t chunks =
+      std::min(k::ceil_div(R, row_lanes * P::kMinRowsPerThread), std::max<int64_t>(1, target / col_blocks));
   chunks = std::max<int64_t>(1, std::min(chunks, P::kMaxChunks));
   const int64_t rows_per_chunk = k::ceil_div(R, chunks);
   chunks = k::ceil_div(R, rows_per_chunk);
@@ -162,8 +177,8 @@ void run_column_sum(const char* op, int64_t R, int64_t C, const Load& load, cons
   }
   const dim3 grid(static_cast<unsigned>(col_blocks), static_cast<unsigned>(chunks));
   const dim3 block = kRowsContiguous ? dim3(Tile::kRowThreads) : dim3(Tile::kColLanes, Tile::kRowLanes);
-  k::column_sum_partial_kernel<Acc, kRowsContiguous><<<grid, block, 0, stream>>>(load, epi, R, C, rows_per_chunk,
-                                                                                 partial);
+  k::column_sum_partial_kernel<Acc, kRowsContiguous>
+      <<<grid, block, 0, stream>>>(load, epi, R, C, rows_per_chunk, partial);
   C10_CUDA_KERNEL_LAUNCH_CHECK();
   if (chunks > 1) {
     const unsigned blocks = static_cast<unsigned>(std::min<int64_t>(k::ceil_div(C, 256), 4 * target));

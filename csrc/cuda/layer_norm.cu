@@ -46,11 +46,10 @@ void layer_norm_forward_out(const at::Tensor& input, const at::Tensor& weight, c
     using T = cuda_t<scalar_t>;
     using Acc = k::acc_t<T>;
     auto kernel = L.block_row ? k::layer_norm_forward_kernel<T, true> : k::layer_norm_forward_kernel<T, false>;
-    kernel<<<L.grid, L.block, 0, stream>>>(data_in<scalar_t>(x), data_in<scalar_t>(w), data_in<scalar_t>(b),
-                                           data_out<scalar_t>(y),
-                                           mean.defined() ? mean.mutable_data_ptr<Acc>() : nullptr,  // null: not saved
-                                           rstd.defined() ? rstd.mutable_data_ptr<Acc>() : nullptr, p.M, p.N,
-                                           static_cast<Acc>(eps));
+    kernel<<<L.grid, L.block, 0, stream>>>(
+        data_in<scalar_t>(x), data_in<scalar_t>(w), data_in<scalar_t>(b), data_out<scalar_t>(y),
+        mean.defined() ? mean.mutable_data_ptr<Acc>() : nullptr,  // null: not saved
+        rstd.defined() ? rstd.mutable_data_ptr<Acc>() : nullptr, p.M, p.N, static_cast<Acc>(eps));
     C10_CUDA_KERNEL_LAUNCH_CHECK();
   });
   if (in_place) out.copy_(y);
@@ -59,7 +58,8 @@ void layer_norm_forward_out(const at::Tensor& input, const at::Tensor& weight, c
 std::tuple<at::Tensor, at::Tensor, at::Tensor> layer_norm_backward(const at::Tensor& grad_output,
                                                                    const at::Tensor& input, const at::Tensor& mean,
                                                                    const at::Tensor& rstd, const at::Tensor& weight,
-                                                                   const LayerNormProblem& p, std::array<bool, 3> mask) {
+                                                                   const LayerNormProblem& p,
+                                                                   std::array<bool, 3> mask) {
   const char* op = "layer_norm_backward";
   const c10::cuda::CUDAGuard guard(input.device());
   const cudaStream_t stream = c10::cuda::getCurrentCUDAStream().stream();
@@ -77,10 +77,10 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> layer_norm_backward(const at::Ten
     const Acc* MU = mu.const_data_ptr<Acc>();
     const Acc* RS = rs.const_data_ptr<Acc>();
     if (mask[0]) {
-      auto kernel = L.block_row ? k::layer_norm_backward_input_kernel<T, true>
-                                : k::layer_norm_backward_input_kernel<T, false>;
-      kernel<<<L.grid, L.block, 0, stream>>>(data_in<scalar_t>(dy), data_in<scalar_t>(x), MU, RS,
-                                             data_in<scalar_t>(w), data_out<scalar_t>(gi), p.M, p.N);
+      auto kernel =
+          L.block_row ? k::layer_norm_backward_input_kernel<T, true> : k::layer_norm_backward_input_kernel<T, false>;
+      kernel<<<L.grid, L.block, 0, stream>>>(data_in<scalar_t>(dy), data_in<scalar_t>(x), MU, RS, data_in<scalar_t>(w),
+                                             data_out<scalar_t>(gi), p.M, p.N);
       C10_CUDA_KERNEL_LAUNCH_CHECK();
     }
     if (mask[1])

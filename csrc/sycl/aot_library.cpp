@@ -8,8 +8,8 @@
 #include <sstream>
 
 #include "sycl/aot/abi.h"
-#include "xkernels/backend.h"
 #include "sycl/kernels/tables.hpp"
+#include "xkernels/backend.h"
 
 namespace xkernels::sycl_backend {
 
@@ -57,42 +57,48 @@ struct Loaded {
   std::string error;
 };
 
+// Loads <extension dir>/<file>: dlopen (RTLD_LOCAL), the entry point, the interface version, the tables.
+Loaded load(const std::string& file) {
+  Loaded l;
+  const std::string path = module_dir() + "/" + file;
+  void* h = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
+  if (!h) {
+    const char* e = dlerror();
+    l.error = "loading " + path + " failed: " + (e ? e : "unknown error");
+    return l;
+  }
+  auto fn = reinterpret_cast<xk_aot_library_fn>(dlsym(h, "xk_aot_library_v1"));
+  if (!fn) {
+    l.error = path + " has no xk_aot_library_v1";
+    return l;
+  }
+  char err[1024] = {0};
+  const xk_aot_library* lib = fn(err, sizeof(err));
+  if (!lib) {
+    l.error = path + " found no device: " + err;
+    return l;
+  }
+  if (lib->abi_version != XK_AOT_ABI_VERSION) {
+    l.error = path + " has interface version " + std::to_string(lib->abi_version) + ", this extension needs " +
+              std::to_string(XK_AOT_ABI_VERSION);
+    return l;
+  }
+  const std::string bad = mismatch(*lib);
+  if (!bad.empty()) {
+    l.error = path + " was built from other kernel tables: " + bad;
+    return l;
+  }
+  l.lib = std::make_unique<AotLibrary>(lib);
+  return l;
+}
+
 const Loaded& loaded() {
   static const Loaded state = [] {
-    Loaded l;
-#ifndef XKERNELS_WITH_ACPP
-    l.error = "xkernels was built without the acpp backend (AdaptiveCpp not found at build time; see README)";
-    return l;
+#ifdef XKERNELS_WITH_ACPP
+    return load("libxkernels_acpp.so");
 #else
-    const std::string path = module_dir() + "/libxkernels_acpp.so";
-    void* h = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
-    if (!h) {
-      const char* e = dlerror();
-      l.error = "loading " + path + " failed: " + (e ? e : "unknown error");
-      return l;
-    }
-    auto fn = reinterpret_cast<xk_aot_library_fn>(dlsym(h, "xk_aot_library_v1"));
-    if (!fn) {
-      l.error = path + " has no xk_aot_library_v1";
-      return l;
-    }
-    char err[1024] = {0};
-    const xk_aot_library* lib = fn(err, sizeof(err));
-    if (!lib) {
-      l.error = std::string("the acpp launcher library found no device: ") + err;
-      return l;
-    }
-    if (lib->abi_version != XK_AOT_ABI_VERSION) {
-      l.error = path + " has interface version " + std::to_string(lib->abi_version) + ", this extension needs " +
-                std::to_string(XK_AOT_ABI_VERSION);
-      return l;
-    }
-    const std::string bad = mismatch(*lib);
-    if (!bad.empty()) {
-      l.error = path + " was built from other kernel tables: " + bad;
-      return l;
-    }
-    l.lib = std::make_unique<AotLibrary>(lib);
+    Loaded l;
+    l.error = "xkernels was built without the acpp backend (AdaptiveCpp not found at build time; see README)";
     return l;
 #endif
   }();
@@ -117,7 +123,7 @@ std::string AotLibrary::flags() const { return lib_->flags ? lib_->flags : ""; }
 size_t AotLibrary::kernel_count() const { return lib_->count; }
 
 void AotLibrary::launch(size_t index, const std::string& label, int dims, const size_t* global, const size_t* local,
-                        const void* params, size_t params_size) const {
+                        const void* params, size_t params_size, void* queue) const {
   TORCH_CHECK(index < lib_->count, "xkernels: acpp kernel index ", index, " out of range");
   const xk_aot_kernel& k = lib_->kernels[index];
   TORCH_CHECK(k.launch, "xkernels: kernel ", label, " requires sub-group size ", k.sub_group,
@@ -126,15 +132,26 @@ void AotLibrary::launch(size_t index, const std::string& label, int dims, const 
               " has another parameter layout");
   size_t wg = 1;
   for (int d = 0; d < dims; ++d) {
-    TORCH_CHECK(local[d] >= 1 && global[d] % local[d] == 0, "xkernels: launch of ", label, ": global size ",
-                global[d], " is not a positive multiple of the local size ", local[d], " in dimension ", d);
+    TORCH_CHECK(local[d] >= 1 && global[d] % local[d] == 0, "xkernels: launch of ", label, ": global size ", global[d],
+                " is not a positive multiple of the local size ", local[d], " in dimension ", d);
     wg *= local[d];
   }
   TORCH_CHECK(wg <= traits_.max_work_group_size, "xkernels: launch of ", label, ": work-group size ", wg,
               " exceeds the acpp device limit ", traits_.max_work_group_size);
   char err[2048] = {0};
-  TORCH_CHECK(k.launch(global, local, params, /*queue=*/nullptr, err, sizeof(err)) == 0, "xkernels: acpp kernel ", label,
+  TORCH_CHECK(k.launch(global, local, params, queue, err, sizeof(err)) == 0, "xkernels: acpp kernel ", label,
               " failed: ", err);
+}
+
+const AotLibrary* sycl_aot_library(std::string* why_not) {
+#ifdef XKERNELS_SYCL_AOT
+  static const Loaded state = load(XKERNELS_SYCL_AOT_LIBRARY);
+  if (!state.lib && why_not) *why_not = state.error;
+  return state.lib.get();
+#else
+  if (why_not) *why_not = "xkernels was built without ahead-of-time SYCL kernels (no oneAPI icpx at build time)";
+  return nullptr;
+#endif
 }
 
 bool acpp_available(std::string* why_not) {

@@ -17,14 +17,20 @@ class AotLibrary {
   std::string implementation() const;
   std::string flags() const;
   size_t kernel_count() const;
-  // Runs instantiation `index` of the kernel tables to completion (validates the geometry first).
+  // Launches instantiation `index` of the kernel tables (validates the geometry first): on `queue`, a
+  // sycl::queue* of the library's own implementation (the icpx library on DPC++ queues), not waited for; or,
+  // with queue == nullptr, on the library's own queue, run to completion (the acpp library).
   void launch(size_t index, const std::string& label, int dims, const size_t* global, const size_t* local,
-              const void* params, size_t params_size) const;
+              const void* params, size_t params_size, void* queue = nullptr) const;
 
  private:
   const xk_aot_library* lib_;
   DeviceTraits traits_;
 };
+
+// The icpx-built launcher library (libxkernels_sycl_aot.so; builds with XKERNELS_SYCL_AOT), or nullptr with
+// the reason in *why_not.
+const AotLibrary* sycl_aot_library(std::string* why_not);
 
 // Is the acpp backend usable? (built with it, library loads, its tables match this extension's)
 bool acpp_available(std::string* why_not);

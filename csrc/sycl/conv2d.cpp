@@ -73,21 +73,21 @@ struct Conv2dConfig {
   static constexpr int64_t kReduceLocal = 64;  // work-items per work-group in the split reduction
 };
 
-
 // Lane width (the kernels' template S) for element type T on the launcher's device: the preferred
 // width where the device has that sub-group size, else 32 (conv2d_kernels in kernels/conv2d.hpp
 // instantiates exactly these). The ahead-of-time (acpp) kernels' lanes are work-items, not SIMD lanes,
 // so any width runs there: the preferred one.
-template <typename T> int64_t lanes_for(const Launcher& L) {
-  const int64_t want =
-      std::is_same_v<T, double> ? Conv2dConfig::kPreferredLanesFp64 : Conv2dConfig::kPreferredLanes;
+template <typename T>
+int64_t lanes_for(const Launcher& L) {
+  const int64_t want = std::is_same_v<T, double> ? Conv2dConfig::kPreferredLanesFp64 : Conv2dConfig::kPreferredLanes;
   const auto& s = L.traits().sub_group_sizes;
   if (L.is_acpp() || std::find(s.begin(), s.end(), static_cast<size_t>(want)) != s.end()) return want;
   return 32;
 }
 
 // Calls f(std::integral_constant<int, S>) for the lane width S (one the table has for element type T).
-template <typename T, int S, typename F> bool call_with_lanes(int64_t s, F& f) {
+template <typename T, int S, typename F>
+bool call_with_lanes(int64_t s, F& f) {
   if constexpr (xk::has_type<xk::lane_types<S>, T>::value) {
     if (s == S) {
       f(std::integral_constant<int, S>{});
@@ -96,7 +96,8 @@ template <typename T, int S, typename F> bool call_with_lanes(int64_t s, F& f) {
   }
   return false;
 }
-template <typename T, typename F> void with_lanes(int64_t S, F&& f) {
+template <typename T, typename F>
+void with_lanes(int64_t S, F&& f) {
   const bool done = call_with_lanes<T, 8>(S, f) || call_with_lanes<T, 16>(S, f) || call_with_lanes<T, 32>(S, f);
   TORCH_CHECK(done, "xkernels.conv2d: the kernel table has no lane width ", S, " for this element type");
 }
@@ -110,7 +111,8 @@ Tile igemm_tile(int64_t channels_per_group) {
 }
 
 // Calls f(R, Q) with the tile as std::integral_constant<int, ...> values (the table's two tiles).
-template <typename F> void with_tile(Tile t, F&& f) {
+template <typename F>
+void with_tile(Tile t, F&& f) {
   using C = Conv2dConfig;
   if (t.R == C::kWideR && t.Q == C::kWideQ)
     return f(std::integral_constant<int, C::kWideR>{}, std::integral_constant<int, C::kWideQ>{});
@@ -299,8 +301,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> backward(Launcher L, const at::Te
     // grad_weight with lanes over channels loads grad_output's channels as vectors: it needs
     // channels_last memory (lanes over groups read any strides).
     const bool gw_groups = group_lanes_pay(S, G, Opg);
-    const at::Tensor go_cl =
-        mask[1] && !gw_groups ? go.contiguous(at::MemoryFormat::ChannelsLast) : at::Tensor();
+    const at::Tensor go_cl = mask[1] && !gw_groups ? go.contiguous(at::MemoryFormat::ChannelsLast) : at::Tensor();
     with_lanes<T>(S, [&](auto S_) {
       constexpr int SL = decltype(S_)::value;
       if (mask[1]) {  // grad_weight: split reduction over pixels, then an ordered sum of the splits
@@ -315,14 +316,35 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> backward(Launcher L, const at::Te
           part = empty({splits, packed}, acc_opts);
           L.launch<xk::conv2d_grad_weight_groups<SL, Conv2dConfig::kGradWeightGroupsR>, T>(
               sycl::nd_range<1>(sycl::range<1>(splits * tiles * S), sycl::range<1>(S)),
-              {.go = cptr<T>(go), .x = cptr<T>(x), .part = part.mutable_data_ptr<acc>(),
-               .N = p.N, .C = p.C, .H = p.H, .W = p.W,
-               .sN = x.stride(0), .sC = x.stride(1), .sH = x.stride(2), .sW = x.stride(3),
-               .O = p.O, .OH = p.OH, .OW = p.OW,
-               .gN = go.stride(0), .gC = go.stride(1), .gH = go.stride(2), .gW = go.stride(3),
-               .G_pad = G_pad, .G = G, .KH = p.KH, .KW = p.KW,
-               .sh = p.stride[0], .sw = p.stride[1], .ph = p.padding[0], .pw = p.padding[1],
-               .dh = p.dilation[0], .dw = p.dilation[1], .splits = splits});
+              {.go = cptr<T>(go),
+               .x = cptr<T>(x),
+               .part = part.mutable_data_ptr<acc>(),
+               .N = p.N,
+               .C = p.C,
+               .H = p.H,
+               .W = p.W,
+               .sN = x.stride(0),
+               .sC = x.stride(1),
+               .sH = x.stride(2),
+               .sW = x.stride(3),
+               .O = p.O,
+               .OH = p.OH,
+               .OW = p.OW,
+               .gN = go.stride(0),
+               .gC = go.stride(1),
+               .gH = go.stride(2),
+               .gW = go.stride(3),
+               .G_pad = G_pad,
+               .G = G,
+               .KH = p.KH,
+               .KW = p.KW,
+               .sh = p.stride[0],
+               .sw = p.stride[1],
+               .ph = p.padding[0],
+               .pw = p.padding[1],
+               .dh = p.dilation[0],
+               .dw = p.dilation[1],
+               .splits = splits});
         } else {
           const Tile tile = igemm_tile(Opg);
           Opg_pad = ceil_div(Opg, S * tile.Q) * S * tile.Q;
@@ -333,30 +355,57 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> backward(Launcher L, const at::Te
           with_tile(tile, [&](auto R, auto Q) {
             L.launch<xk::conv2d_grad_weight<SL, decltype(R)::value, decltype(Q)::value>, T>(
                 sycl::nd_range<1>(sycl::range<1>(splits * tiles * S), sycl::range<1>(S)),
-                {.go = cptr<T>(go_cl), .x = cptr<T>(x), .part = part.mutable_data_ptr<acc>(),
-                 .N = p.N, .C = p.C, .H = p.H, .W = p.W,
-                 .sN = x.stride(0), .sC = x.stride(1), .sH = x.stride(2), .sW = x.stride(3),
-                 .O = p.O, .OH = p.OH, .OW = p.OW, .Opg_pad = Opg_pad, .G = G, .KH = p.KH, .KW = p.KW,
-                 .sh = p.stride[0], .sw = p.stride[1], .ph = p.padding[0], .pw = p.padding[1],
-                 .dh = p.dilation[0], .dw = p.dilation[1], .splits = splits});
+                {.go = cptr<T>(go_cl),
+                 .x = cptr<T>(x),
+                 .part = part.mutable_data_ptr<acc>(),
+                 .N = p.N,
+                 .C = p.C,
+                 .H = p.H,
+                 .W = p.W,
+                 .sN = x.stride(0),
+                 .sC = x.stride(1),
+                 .sH = x.stride(2),
+                 .sW = x.stride(3),
+                 .O = p.O,
+                 .OH = p.OH,
+                 .OW = p.OW,
+                 .Opg_pad = Opg_pad,
+                 .G = G,
+                 .KH = p.KH,
+                 .KW = p.KW,
+                 .sh = p.stride[0],
+                 .sw = p.stride[1],
+                 .ph = p.padding[0],
+                 .pw = p.padding[1],
+                 .dh = p.dilation[0],
+                 .dw = p.dilation[1],
+                 .splits = splits});
           });
         }
         // In-order queue: the reduction runs after the partial sums.
         launch_reduce<T>(L, part, gw, G, Opg, Opg_pad, Cpg, p.KH, p.KW, p.channels_last);
         L.finish(go);
       }
-      if (mask[2]) {  // grad_bias: the same two stages over grad_output alone
+      if (mask[2]) {                                         // grad_bias: the same two stages over grad_output alone
         const at::Tensor& g = go_cl.defined() ? go_cl : go;  // channels_last when available: vector loads
         gb = empty({p.O}, weight.options());
         const int64_t O_pad = ceil_div(p.O, S) * S;
         const int64_t tiles = O_pad / S;
         const int64_t splits = pixel_splits(M, tiles, O_pad);
         at::Tensor part = empty({splits, O_pad}, acc_opts);
-        L.launch<xk::conv2d_grad_bias<SL>, T>(
-            sycl::nd_range<1>(sycl::range<1>(splits * tiles * S), sycl::range<1>(S)),
-            {.go = cptr<T>(g), .part = part.mutable_data_ptr<acc>(), .N = p.N, .O = p.O, .OH = p.OH, .OW = p.OW,
-             .sN = g.stride(0), .sC = g.stride(1), .sH = g.stride(2), .sW = g.stride(3), .O_pad = O_pad,
-             .splits = splits});
+        L.launch<xk::conv2d_grad_bias<SL>, T>(sycl::nd_range<1>(sycl::range<1>(splits * tiles * S), sycl::range<1>(S)),
+                                              {.go = cptr<T>(g),
+                                               .part = part.mutable_data_ptr<acc>(),
+                                               .N = p.N,
+                                               .O = p.O,
+                                               .OH = p.OH,
+                                               .OW = p.OW,
+                                               .sN = g.stride(0),
+                                               .sC = g.stride(1),
+                                               .sH = g.stride(2),
+                                               .sW = g.stride(3),
+                                               .O_pad = O_pad,
+                                               .splits = splits});
         launch_reduce<T>(L, part, gb, 1, p.O, O_pad, 1, 1, 1, false);
         L.finish(go);
       }
@@ -370,9 +419,9 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> backward(Launcher L, const at::Te
 at::Tensor conv2d(const at::Tensor& input, const at::Tensor& weight, const at::Tensor& bias, const Conv2dProblem& p) {
   return forward(Launcher::for_tensor(input), input, weight, bias, p);
 }
-std::tuple<at::Tensor, at::Tensor, at::Tensor> conv2d_backward(const at::Tensor& grad_output,
-                                                               const at::Tensor& input, const at::Tensor& weight,
-                                                               const Conv2dProblem& p, std::array<bool, 3> mask) {
+std::tuple<at::Tensor, at::Tensor, at::Tensor> conv2d_backward(const at::Tensor& grad_output, const at::Tensor& input,
+                                                               const at::Tensor& weight, const Conv2dProblem& p,
+                                                               std::array<bool, 3> mask) {
   return backward(Launcher::for_tensor(grad_output), grad_output, input, weight, p, mask);
 }
 
@@ -383,9 +432,9 @@ namespace xkernels::acpp_backend {
 at::Tensor conv2d(const at::Tensor& input, const at::Tensor& weight, const at::Tensor& bias, const Conv2dProblem& p) {
   return sycl_backend::forward(sycl_backend::Launcher::acpp(), input, weight, bias, p);
 }
-std::tuple<at::Tensor, at::Tensor, at::Tensor> conv2d_backward(const at::Tensor& grad_output,
-                                                               const at::Tensor& input, const at::Tensor& weight,
-                                                               const Conv2dProblem& p, std::array<bool, 3> mask) {
+std::tuple<at::Tensor, at::Tensor, at::Tensor> conv2d_backward(const at::Tensor& grad_output, const at::Tensor& input,
+                                                               const at::Tensor& weight, const Conv2dProblem& p,
+                                                               std::array<bool, 3> mask) {
   return sycl_backend::backward(sycl_backend::Launcher::acpp(), grad_output, input, weight, p, mask);
 }
 }  // namespace xkernels::acpp_backend

@@ -12,8 +12,8 @@
 
 #include "sycl/cuda_stream_queue.h"
 #include "sycl/provider_choice.h"
-#include "sycl/runtime_internal.h"
 #include "sycl/runtime_info.h"
+#include "sycl/runtime_internal.h"
 #include "xkernels/backend.h"
 #include "xkernels/cuda_device_hooks.h"
 
@@ -60,7 +60,8 @@ const DeviceRecord* torch_cuda_device_record(int index, const CudaDeviceHooks& h
   if (h.uuid && h.uuid(index, raw)) torch_uuid = pc::uuid_hex(raw);
   const auto recs = cuda_records();
   std::vector<pc::CudaSyclDevice> candidates;
-  for (const DeviceRecord* rec : recs) candidates.push_back({rec->usable, rec->unusable_reason, sycl_device_uuid(rec->device)});
+  for (const DeviceRecord* rec : recs)
+    candidates.push_back({rec->usable, rec->unusable_reason, sycl_device_uuid(rec->device)});
   const pc::CudaDeviceMatch m = pc::match_cuda_device(index, torch_uuid, candidates);
   if (m.index < 0) {
     *error = m.error;
@@ -119,7 +120,8 @@ std::map<const DeviceRecord*, std::pair<int, int>> torch_compute_capabilities() 
 // Torch's current stream on cuda:<index>, as a queue (cached per stream, never made per call).
 sycl::queue& cuda_stream_queue(int index) {
   const CudaDeviceHooks h = cuda_hooks();
-  TORCH_CHECK(h.current_stream, "xkernels: SYCL kernels on CUDA tensors need the native CUDA backend's access to "
+  TORCH_CHECK(h.current_stream,
+              "xkernels: SYCL kernels on CUDA tensors need the native CUDA backend's access to "
               "torch's CUDA streams, and this build has no native CUDA backend");
   const CudaTarget& t = cuda_target(index, "SYCL on CUDA tensors");
   void* stream = h.current_stream(index);
@@ -149,15 +151,17 @@ bool sycl_cuda_device_available(int index, std::string* why_not) {
                 rec.unusable_reason;
   }
   if (why_not) {
-    if (!unusable.empty()) *why_not = unusable;
-    else if (!r.error.empty()) *why_not = r.error;
+    if (!unusable.empty())
+      *why_not = unusable;
+    else if (!r.error.empty())
+      *why_not = r.error;
     else if (seen == 0) {
       std::string listed;
       for (const auto& rec : r.devices)
         listed += (listed.empty() ? "" : ", ") + rec.traits.name + " (" + rec.backend + " " + rec.type + ")";
       *why_not = "its devices: " + listed;
-    }
-    else *why_not = "it lists " + std::to_string(seen) + " CUDA device(s), none with index " + std::to_string(index);
+    } else
+      *why_not = "it lists " + std::to_string(seen) + " CUDA device(s), none with index " + std::to_string(index);
   }
   return false;
 }

@@ -9,8 +9,8 @@
 #include <unordered_map>
 
 #include "sycl/provider_choice.h"
-#include "sycl/runtime_internal.h"
 #include "sycl/runtime_info.h"
+#include "sycl/runtime_internal.h"
 #include "xkernels/backend.h"
 
 namespace syclex = sycl::ext::oneapi::experimental;
@@ -24,10 +24,12 @@ std::string install_hint() {
   const RuntimeVersionInfo& rv = runtime_version_info();
   const bool from_wheel = rv.source.rfind("intel-sycl-rt wheel", 0) == 0;
   const std::string v = from_wheel ? rv.text : "<the intel-sycl-rt version>";
-  std::string hint = "install Intel's OpenCL CPU runtime and the Unified Runtime adapters of the same version as "
-                     "the SYCL runtime: pip install 'intel-opencl-rt==" + v + "' 'intel-cmplr-lib-ur==" + v +
-                     "' (intel-cmplr-lib-ur 2026.2.0 ships no OpenCL adapter), and import xkernels before any other "
-                     "SYCL user so that OCL_ICD_FILENAMES names libintelocl.so";
+  std::string hint =
+      "install Intel's OpenCL CPU runtime and the Unified Runtime adapters of the same version as "
+      "the SYCL runtime: pip install 'intel-opencl-rt==" +
+      v + "' 'intel-cmplr-lib-ur==" + v +
+      "' (intel-cmplr-lib-ur 2026.2.0 ships no OpenCL adapter), and import xkernels before any other "
+      "SYCL user so that OCL_ICD_FILENAMES names libintelocl.so";
   if (const char* sel = std::getenv("ONEAPI_DEVICE_SELECTOR"))
     hint += std::string("; note ONEAPI_DEVICE_SELECTOR='") + sel + "' restricts the devices the runtime shows";
   return hint;
@@ -104,8 +106,8 @@ const Registry& registry() {
     }
     if (r.devices.empty() && r.error.empty()) {
       const char* icd = std::getenv("OCL_ICD_FILENAMES");
-      r.error = std::string("the SYCL runtime found no device (OCL_ICD_FILENAMES=") + (icd ? icd : "<unset>") +
-                "); " + install_hint();
+      r.error = std::string("the SYCL runtime found no device (OCL_ICD_FILENAMES=") + (icd ? icd : "<unset>") + "); " +
+                install_hint();
     }
     // The device for CPU tensors: a usable CPU device that takes ordinary host pointers.
     // Prefer the OpenCL one (Intel's CPU runtime), the one this project is tested on.

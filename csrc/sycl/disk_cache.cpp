@@ -16,8 +16,8 @@
 
 #include <c10/util/Exception.h>
 
-#include "sycl/runtime_internal.h"
 #include "sycl/runtime_info.h"
+#include "sycl/runtime_internal.h"
 
 namespace xkernels::sycl_backend {
 
@@ -122,8 +122,7 @@ struct CacheLock {
     fs::create_directories(root, ec);
     fd = ::open((root / kLockName).c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
     if (fd >= 0)
-      while (::flock(fd, LOCK_EX) != 0 && errno == EINTR) {
-      }
+      while (::flock(fd, LOCK_EX) != 0 && errno == EINTR) {}
   }
   ~CacheLock() {
     if (fd >= 0) ::close(fd);  // releases the lock
@@ -132,7 +131,7 @@ struct CacheLock {
   CacheLock& operator=(const CacheLock&) = delete;
 };
 
-std::mutex g_cache_mu;      // serialises this process's builds (with the file lock, across processes)
+std::mutex g_cache_mu;  // serialises this process's builds (with the file lock, across processes)
 bool g_cache_verified = false;
 std::vector<std::string> g_cache_purged;  // what verification removed (for tests / diagnostics)
 

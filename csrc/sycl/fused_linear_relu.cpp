@@ -54,7 +54,6 @@ struct LinearConfig {
   static constexpr int64_t kColumnLocal = 16;  // work-items per work-group of the column kernels
 };
 
-
 enum class GemmVariant { Cpu, Gpu };
 
 // The CPU kernels run 16-lane work-groups. Under DPC++ the lanes are one sub-group of 16 (SIMD lanes),
@@ -72,8 +71,8 @@ GemmVariant choose_variant(const Launcher& L) {
   std::transform(v.begin(), v.end(), v.begin(), [](unsigned char c) { return std::tolower(c); });
   if (v.empty() || v == "auto") return t.is_cpu && cpu_kernels_run_on(L) ? GemmVariant::Cpu : GemmVariant::Gpu;
   if (v == "gpu") return GemmVariant::Gpu;
-  XK_CHECK_VALUE(v == "cpu", kOp, "environment variable ", kVariantEnv, " must be 'auto', 'cpu' or 'gpu', got '",
-                 env, "'");
+  XK_CHECK_VALUE(v == "cpu", kOp, "environment variable ", kVariantEnv, " must be 'auto', 'cpu' or 'gpu', got '", env,
+                 "'");
   XK_CHECK(cpu_kernels_run_on(L), kOp, "GEMM variant 'cpu' (", kVariantEnv, ") needs sub-groups of 16 but device '",
            t.name, "' does not support them");
   return GemmVariant::Cpu;
@@ -81,7 +80,8 @@ GemmVariant choose_variant(const Launcher& L) {
 
 // Calls f(bias_tag, relu_tag) with std::integral_constant<bool, ...> for the epilogue flags: the
 // table's variants are (bias + ReLU), (ReLU) for the forward pass and (none) for the backward GEMMs.
-template <typename F> void with_epilogue(bool bias, bool relu, F&& f) {
+template <typename F>
+void with_epilogue(bool bias, bool relu, F&& f) {
   using T_ = std::true_type;
   using F_ = std::false_type;
   if (bias && relu) return f(T_{}, T_{});
@@ -161,8 +161,8 @@ void panel_gemm(Launcher& L, const at::Tensor& A, const T* b_ptr, int64_t ldb, i
 // C = epilogue(A @ B [+ bias]) with C [M, N] contiguous; A [M, K] and B [K, N] are 2-D views
 // with any strides. Returns once the kernel is done for CPU tensors (temporaries die here).
 template <typename T>
-void gemm(Launcher& L, GemmVariant variant, const at::Tensor& A, const at::Tensor& B, const at::Tensor& bias,
-          bool relu, at::Tensor& C) {
+void gemm(Launcher& L, GemmVariant variant, const at::Tensor& A, const at::Tensor& B, const at::Tensor& bias, bool relu,
+          at::Tensor& C) {
   const int64_t M = A.size(0), K = A.size(1), N = B.size(1);
   at::Tensor packed, partial;  // temporaries: must outlive the kernel (see the wait at the end)
   if (variant == GemmVariant::Gpu) {
@@ -252,8 +252,10 @@ static_assert(xk::PanelTile<float>::kCols == 64 && xk::PanelTile<double>::kCols 
               "linear_pack_columns (shapes.h) must match the panel width of linear_gemm_panel");
 
 void check_packed_device(const char* op, const Launcher& L) {
-  XK_CHECK(cpu_kernels_run_on(L), op, "the packed weight layout is that of the panel GEMM, which needs sub-groups of 16, "
-           "but SYCL device '", L.traits().name, "' does not support them; use fused_linear_relu");
+  XK_CHECK(cpu_kernels_run_on(L), op,
+           "the packed weight layout is that of the panel GEMM, which needs sub-groups of 16, "
+           "but SYCL device '",
+           L.traits().name, "' does not support them; use fused_linear_relu");
 }
 
 at::Tensor pack_weight(Launcher L, const at::Tensor& weight) {
@@ -265,8 +267,8 @@ at::Tensor pack_weight(Launcher L, const at::Tensor& weight) {
   return packed;
 }
 
-at::Tensor forward_packed(Launcher L, const at::Tensor& input, const at::Tensor& packed_weight,
-                          const at::Tensor& bias, const LinearProblem& p) {
+at::Tensor forward_packed(Launcher L, const at::Tensor& input, const at::Tensor& packed_weight, const at::Tensor& bias,
+                          const LinearProblem& p) {
   const at::Tensor x = input.reshape({p.M, p.K}).contiguous();
   const at::Tensor b = contiguous_if_defined(bias);
   at::Tensor out = empty({p.M, p.N}, x.options());
@@ -299,8 +301,8 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> backward(Launcher L, const at::Te
     const int64_t chunks0 = std::min(ceil_div(M, C::kRowsPerChunk), C::kMaxChunks);
     const int64_t rows_per_chunk = ceil_div(M, chunks0);
     const int64_t chunks = ceil_div(M, rows_per_chunk);
-    at::Tensor partial = want_b ? empty({chunks, N}, dy.options().dtype(c10::CppTypeToScalarType<acc>::value))
-                                : at::Tensor();
+    at::Tensor partial =
+        want_b ? empty({chunks, N}, dy.options().dtype(c10::CppTypeToScalarType<acc>::value)) : at::Tensor();
     const int64_t cols = ceil_div(N, C::kColumnLocal) * C::kColumnLocal;
     const sycl::nd_range<2> mask_range({static_cast<size_t>(chunks), static_cast<size_t>(cols)},
                                        {size_t{1}, static_cast<size_t>(C::kColumnLocal)});
@@ -317,11 +319,9 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> backward(Launcher L, const at::Te
     if (want_b) {
       L.launch<xk::linear_relu_grad<true>, T>(mask_range, mask_params(xk::linear_relu_grad<true>{}));
       gb = empty({N}, dy.options());
-      L.launch<xk::linear_column_sum, T>(sycl::nd_range<1>(sycl::range<1>(cols), sycl::range<1>(C::kColumnLocal)),
-                                         {.partial = partial.const_data_ptr<acc>(),
-                                          .out = mptr<T>(gb),
-                                          .R = chunks,
-                                          .N = N});
+      L.launch<xk::linear_column_sum, T>(
+          sycl::nd_range<1>(sycl::range<1>(cols), sycl::range<1>(C::kColumnLocal)),
+          {.partial = partial.const_data_ptr<acc>(), .out = mptr<T>(gb), .R = chunks, .N = N});
     } else {
       L.launch<xk::linear_relu_grad<false>, T>(mask_range, mask_params(xk::linear_relu_grad<false>{}));
     }
@@ -345,12 +345,9 @@ at::Tensor fused_linear_relu(const at::Tensor& input, const at::Tensor& weight, 
                              const LinearProblem& p) {
   return forward(Launcher::for_tensor(input), input, weight, bias, p);
 }
-std::tuple<at::Tensor, at::Tensor, at::Tensor> fused_linear_relu_backward(const at::Tensor& grad_output,
-                                                                          const at::Tensor& input,
-                                                                          const at::Tensor& weight,
-                                                                          const at::Tensor& output,
-                                                                          const LinearProblem& p,
-                                                                          std::array<bool, 3> mask) {
+std::tuple<at::Tensor, at::Tensor, at::Tensor> fused_linear_relu_backward(
+    const at::Tensor& grad_output, const at::Tensor& input, const at::Tensor& weight, const at::Tensor& output,
+    const LinearProblem& p, std::array<bool, 3> mask) {
   return backward(Launcher::for_tensor(grad_output), grad_output, input, weight, output, p, mask);
 }
 at::Tensor pack_linear_weight(const at::Tensor& weight) { return pack_weight(Launcher::for_tensor(weight), weight); }
@@ -369,12 +366,9 @@ at::Tensor fused_linear_relu(const at::Tensor& input, const at::Tensor& weight, 
                              const LinearProblem& p) {
   return sycl_backend::forward(Launcher::acpp(), input, weight, bias, p);
 }
-std::tuple<at::Tensor, at::Tensor, at::Tensor> fused_linear_relu_backward(const at::Tensor& grad_output,
-                                                                          const at::Tensor& input,
-                                                                          const at::Tensor& weight,
-                                                                          const at::Tensor& output,
-                                                                          const LinearProblem& p,
-                                                                          std::array<bool, 3> mask) {
+std::tuple<at::Tensor, at::Tensor, at::Tensor> fused_linear_relu_backward(
+    const at::Tensor& grad_output, const at::Tensor& input, const at::Tensor& weight, const at::Tensor& output,
+    const LinearProblem& p, std::array<bool, 3> mask) {
   return sycl_backend::backward(Launcher::acpp(), grad_output, input, weight, output, p, mask);
 }
 at::Tensor pack_linear_weight(const at::Tensor& weight) { return sycl_backend::pack_weight(Launcher::acpp(), weight); }

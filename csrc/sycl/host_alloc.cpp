@@ -7,12 +7,12 @@
 #include <c10/util/Exception.h>
 #include <sys/mman.h>
 
+#include <cstdint>
 #include <cstdlib>
 #include <map>
 #include <mutex>
 #include <string>
 #include <vector>
-#include <cstdint>
 
 namespace xkernels::sycl_backend {
 namespace {
@@ -154,9 +154,7 @@ class CachingHostAllocator final : public c10::Allocator {
     }
     return {p, new Block{p, size}, &release, c10::Device(c10::kCPU)};
   }
-  void copy_data(void* dest, const void* src, std::size_t count) const override {
-    default_copy_data(dest, src, count);
-  }
+  void copy_data(void* dest, const void* src, std::size_t count) const override { default_copy_data(dest, src, count); }
 };
 
 }  // namespace

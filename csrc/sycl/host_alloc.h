@@ -29,12 +29,12 @@ at::Tensor empty(at::IntArrayRef sizes, const at::TensorOptions& opts);
 c10::Allocator* caching_host_allocator();
 
 struct HostCacheStats {
-  size_t limit_bytes = 0;     // the bound on cached bytes (XKERNELS_HOST_CACHE_MB)
-  size_t cached_bytes = 0;    // held in the pool now, not in use
+  size_t limit_bytes = 0;   // the bound on cached bytes (XKERNELS_HOST_CACHE_MB)
+  size_t cached_bytes = 0;  // held in the pool now, not in use
   size_t cached_blocks = 0;
-  size_t in_use_bytes = 0;    // handed out, not yet released
-  size_t hits = 0;            // requests served from the pool
-  size_t misses = 0;          // requests that allocated new memory
+  size_t in_use_bytes = 0;  // handed out, not yet released
+  size_t hits = 0;          // requests served from the pool
+  size_t misses = 0;        // requests that allocated new memory
 };
 HostCacheStats host_cache_stats();
 // Frees every cached block (blocks in use are unaffected and are freed or cached when released).

@@ -14,32 +14,38 @@
 #include <string>
 #include <unordered_map>
 
+#include "sycl/aot_library.h"
 #include "sycl/kernel_sources.h"
 #include "sycl/provider_choice.h"
 #include "sycl/provider_device.h"
-#include "sycl/runtime_internal.h"
 #include "sycl/runtime_info.h"
+#include "sycl/runtime_internal.h"
 
 namespace syclex = sycl::ext::oneapi::experimental;
 namespace pc = xkernels::sycl_backend::provider_choice;
 
 namespace xkernels::sycl_backend {
 
-// Floating-point semantics of device code (the project policy, cmake/FPFlags.cmake):
-//  * -fno-fast-math: no reassociation / reciprocal / approximate math, NaN and Inf honoured;
-//  * -ffp-contract=off: a*b+c stays two roundings unless a kernel calls fma() itself. This is
-//    the one that changes results here: the kernel compiler contracts by default (measured on
-//    the OpenCL CPU device: 77 % of fp32 a*b+c bit-identical to the unfused result without it,
-//    100 % with it);
-//  * -foffload-fp32-prec-div, -foffload-fp32-prec-sqrt: correctly rounded fp32 division and
-//    sqrt. The OpenCL CPU device rounds both correctly anyway (measured with and without);
-//    GPU back ends otherwise may use 2.5 / 3 ulp approximations.
-// (-ffp-model=precise is not used: it implies -ffp-contract=on and only draws an "overriding"
-// warning.) The 2026.1.2 and 2025.3.3 kernel compilers accept all four (checked: layer_norm.hpp
-// built and ran with them on both); tests/test_sycl_runtime.py checks the effect: exact a*b+c,
-// division and sqrt.
-const std::vector<std::string> kDeviceFPOptions = {"-fno-fast-math", "-ffp-contract=off",
-                                                          "-foffload-fp32-prec-div", "-foffload-fp32-prec-sqrt"};
+// Floating-point options of the run-time compiler: the "sycl:" line of cmake/fp_flags.txt, which the build
+// passes in (XKERNELS_SYCL_FP_OPTIONS). -ffp-contract=off is the one that changes results here: the kernel
+// compiler contracts a*b+c by default (measured on the OpenCL CPU device: 77 % of fp32 a*b+c bit-identical to
+// the unfused result without it, 100 % with it). -ffp-model=precise is not used: it implies
+// -ffp-contract=on. The 2026.1.2 and 2025.3.3 kernel compilers accept the list; tests/test_sycl_runtime.py
+// checks its effect (exact a*b+c, division and sqrt).
+const std::vector<std::string> kDeviceFPOptions = [] {
+  std::vector<std::string> out;
+  std::string word;
+  for (const char c : std::string(XKERNELS_SYCL_FP_OPTIONS)) {
+    if (c == ' ') {
+      if (!word.empty()) out.push_back(word);
+      word.clear();
+    } else {
+      word += c;
+    }
+  }
+  if (!word.empty()) out.push_back(word);
+  return out;
+}();
 
 namespace {
 
@@ -60,7 +66,7 @@ std::string join(const std::vector<std::string>& v, const char* sep) {
 // Device images of the ahead-of-time library; none without one (then every device compiles at run time).
 const std::vector<pc::AotImage>& aot_images() {
 #ifdef XKERNELS_SYCL_AOT
-  static const auto images = pc::parse_aot_targets(sycl_aot::aot_library().targets);
+  static const auto images = pc::parse_aot_targets(XKERNELS_SYCL_AOT_TARGETS);
 #else
   static const std::vector<pc::AotImage> images;
 #endif
@@ -147,9 +153,9 @@ sycl::kernel_bundle<sycl::bundle_state::executable> build_bundle(const sycl::con
     auto build_once = [&] {
       auto src = syclex::create_kernel_bundle_from_source(ctx, syclex::source_language::sycl, source,
                                                           syclex::properties{includes});
-      return syclex::build(src, std::vector<sycl::device>{dev},
-                           syclex::properties{syclex::build_options{options}, syclex::save_log{&log},
-                                              syclex::registered_names{names}});
+      return syclex::build(
+          src, std::vector<sycl::device>{dev},
+          syclex::properties{syclex::build_options{options}, syclex::save_log{&log}, syclex::registered_names{names}});
     };
     auto bundle = build_once();
     if (cache.wrote_new_ir()) {
@@ -191,9 +197,7 @@ struct SlotKey {
   sycl::device dev;
   std::string file;
   std::string part;
-  bool operator==(const SlotKey& o) const {
-    return ctx == o.ctx && dev == o.dev && file == o.file && part == o.part;
-  }
+  bool operator==(const SlotKey& o) const { return ctx == o.ctx && dev == o.dev && file == o.file && part == o.part; }
 };
 struct SlotKeyHash {
   size_t operator()(const SlotKey& k) const {
@@ -219,7 +223,6 @@ std::unordered_map<SlotKey, std::shared_ptr<Slot>, SlotKeyHash>& slots() {
 std::mutex g_build_log_mu;
 std::vector<std::pair<std::string, double>> g_build_log;  // every group build of this process
 
-
 // Returns the slot, built (compiling now if nobody has). `*compiled` says whether this call compiled.
 Slot& built_slot(const sycl::context& ctx, const sycl::device& dev, const KernelGroup& group, const std::string& part,
                  bool* compiled) {
@@ -234,11 +237,14 @@ Slot& built_slot(const sycl::context& ctx, const sycl::device& dev, const Kernel
   if (compiled) *compiled = false;
   if (slot->built) return *slot;
   const EmbeddedSource* src = find_source(group.file);
-  TORCH_CHECK(src, "xkernels: kernel group '", group.file, "' has no embedded source (known: ", [] {
-    std::vector<std::string> n;
-    for (const auto& s : embedded_kernel_sources()) n.push_back(s.name);
-    return join(n, ", ");
-  }(), ")");
+  TORCH_CHECK(
+      src, "xkernels: kernel group '", group.file, "' has no embedded source (known: ",
+      [] {
+        std::vector<std::string> n;
+        for (const auto& s : embedded_kernel_sources()) n.push_back(s.name);
+        return join(n, ", ");
+      }(),
+      ")");
   std::vector<std::string> names;
   // The source: the kernel file, reached through its include file so that diagnostics in kernel
   // bodies name it ("layer_norm.hpp:12:3: error: ..."), then the part's generated entry points.
@@ -278,8 +284,8 @@ sycl::kernel get_kernel(const sycl::queue& q, const KernelGroup& group, const st
   const std::string part = sep == std::string::npos ? "" : name.substr(sep + 2);
   Slot& slot = built_slot(q.get_context(), q.get_device(), group, part, nullptr);
   auto it = slot.kernels.find(name);  // read-only once built
-  TORCH_CHECK(it != slot.kernels.end(), "xkernels: kernel '", name, "' is not among the kernels of group '",
-              group.file, "' for device '", traits_of(q).name, "'");
+  TORCH_CHECK(it != slot.kernels.end(), "xkernels: kernel '", name, "' is not among the kernels of group '", group.file,
+              "' for device '", traits_of(q).name, "'");
   return it->second;
 }
 
@@ -304,11 +310,28 @@ std::vector<std::pair<std::string, double>> build_log() {
 
 std::string provider_kind() {
 #ifdef XKERNELS_SYCL_AOT
-  const sycl_aot::AotLibrary& lib = sycl_aot::aot_library();
-  return std::string("ahead of time (") + lib.compiler + ": " + lib.targets +
+  std::string why;
+  const AotLibrary* lib = sycl_aot_library(&why);
+  if (!lib) return "compiled at run time (kernel_compiler); the ahead-of-time library is unusable: " + why;
+  return "ahead of time (" + lib->implementation() +
          ") where the library has an image for the device, else compiled at run time (kernel_compiler)";
 #else
   return "compiled at run time (kernel_compiler)";
+#endif
+}
+
+const AotLibrary* aot_library_for(const sycl::device& dev) {
+#ifdef XKERNELS_SYCL_AOT
+  if (device_choice(dev).source == pc::Source::RuntimeCompile) return nullptr;
+  std::string why;
+  const AotLibrary* lib = sycl_aot_library(&why);
+  if (!lib)
+    note_group_source(dev, "(ahead-of-time library)",
+                      std::string(pc::source_name(pc::Source::RuntimeCompile)) + ": " + why);
+  return lib;
+#else
+  (void)dev;
+  return nullptr;
 #endif
 }
 

@@ -29,27 +29,39 @@ using xk::cxx_name;
 using xk::identifier;
 
 // The device type's spelling in generated source.
-template <typename T> std::string device_type_name() { return cxx_name<T>(); }
-template <> inline std::string device_type_name<xk::half>() { return "xk::half"; }
-template <> inline std::string device_type_name<xk::bf16>() { return "xk::bf16"; }
+template <typename T>
+std::string device_type_name() {
+  return cxx_name<T>();
+}
+template <>
+inline std::string device_type_name<xk::half>() {
+  return "xk::half";
+}
+template <>
+inline std::string device_type_name<xk::bf16>() {
+  return "xk::bf16";
+}
 
 using xk::identifier;
 
 }  // namespace table_detail
 
 // Registered name of (K, T)'s run-time entry point, e.g. "xk_layer_norm_fwd__float".
-template <typename K, typename T> std::string entry_name() {
+template <typename K, typename T>
+std::string entry_name() {
   return "xk_" + table_detail::identifier(xk::cxx_name<K>()) + "__" + xk::type_label<T>();
 }
 
 // A human-readable name, e.g. "layer_norm_fwd<float>" (launch errors, listings).
-template <typename K, typename T> std::string kernel_label() {
+template <typename K, typename T>
+std::string kernel_label() {
   const std::string k = xk::cxx_name<K>();
   return (k.rfind("xk::", 0) == 0 ? k.substr(4) : k) + "<" + xk::type_label<T>() + ">";
 }
 
 // Can (K, T) run on a device with `t`? Element type aspects and the required sub-group size.
-template <typename K, typename T> bool supported_on(const DeviceTraits& t) {
+template <typename K, typename T>
+bool supported_on(const DeviceTraits& t) {
   if (std::is_same_v<T, double> && !t.fp64) return false;
   if (std::is_same_v<T, xk::half> && !t.fp16) return false;
   constexpr int S = xk::sub_group_of<K>::value;
@@ -62,7 +74,8 @@ template <typename K, typename T> bool supported_on(const DeviceTraits& t) {
 }
 
 // The generated free-function kernel of (K, T).
-template <typename K, typename T> std::string entry_definition() {
+template <typename K, typename T>
+std::string entry_definition() {
   const std::string k = xk::cxx_name<K>(), t = table_detail::device_type_name<T>(), d = std::to_string(K::dims);
   constexpr int S = xk::sub_group_of<K>::value;
   using L = typename xk::local_of<K, T>::type;
@@ -80,7 +93,8 @@ template <typename K, typename T> std::string entry_definition() {
 }
 
 // A table's kernel group: the entries of every (kernel, type) the device supports, one part per type.
-template <typename Tab> KernelGroup make_kernel_group() {
+template <typename Tab>
+KernelGroup make_kernel_group() {
   KernelGroup g;
   g.file = Tab::file;
   g.entries = [](const DeviceTraits& traits) {
@@ -101,8 +115,9 @@ template <typename Tab> KernelGroup make_kernel_group() {
 }
 
 // The kernel group of the table that holds kernel K (kernel_groups() in kernel_groups.cpp).
-template <typename K> const KernelGroup& group_of() {
-  static const KernelGroup& group = [] () -> const KernelGroup& {
+template <typename K>
+const KernelGroup& group_of() {
+  static const KernelGroup& group = []() -> const KernelGroup& {
     const char* file = nullptr;
     auto visit = [&](auto tab, auto k, auto) {
       if constexpr (std::is_same_v<typename decltype(k)::type, K>) file = decltype(tab)::type::file;

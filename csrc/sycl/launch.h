@@ -19,27 +19,44 @@
 namespace xkernels::sycl_backend {
 
 // The kernels' element type for a host element type: c10::Half -> xk::half, c10::BFloat16 -> xk::bf16.
-template <typename H> struct device_type { using type = H; };
-template <> struct device_type<c10::Half> { using type = xk::half; };
-template <> struct device_type<c10::BFloat16> { using type = xk::bf16; };
-template <typename H> using device_type_t = typename device_type<H>::type;
+template <typename H>
+struct device_type {
+  using type = H;
+};
+template <>
+struct device_type<c10::Half> {
+  using type = xk::half;
+};
+template <>
+struct device_type<c10::BFloat16> {
+  using type = xk::bf16;
+};
+template <typename H>
+using device_type_t = typename device_type<H>::type;
 
 // A tensor's data as the kernels' element type T (the dtype dispatch guarantees the match).
-template <typename T> const T* cptr(const at::Tensor& t) {
+template <typename T>
+const T* cptr(const at::Tensor& t) {
   static_assert(sizeof(T) == 2 || sizeof(T) == 4 || sizeof(T) == 8);
   return static_cast<const T*>(t.const_data_ptr());
 }
-template <typename T> T* mptr(const at::Tensor& t) { return static_cast<T*>(t.mutable_data_ptr()); }
-template <typename T> const T* cptr_or_null(const at::Tensor& t) { return t.defined() ? cptr<T>(t) : nullptr; }
+template <typename T>
+T* mptr(const at::Tensor& t) {
+  return static_cast<T*>(t.mutable_data_ptr());
+}
+template <typename T>
+const T* cptr_or_null(const at::Tensor& t) {
+  return t.defined() ? cptr<T>(t) : nullptr;
+}
 
 }  // namespace xkernels::sycl_backend
 
 // Runs the body with `T` bound to the kernels' element type of TYPE (float, double, xk::half, xk::bf16)
 // and `scalar_t` to the host's.
-#define XK_DISPATCH_DEVICE_TYPES(TYPE, OPNAME, ...)                            \
-  XK_DISPATCH_FLOATING_TYPES(TYPE, OPNAME, [&] {                               \
-    using T = ::xkernels::sycl_backend::device_type_t<scalar_t>;               \
-    (__VA_ARGS__)();                                                           \
+#define XK_DISPATCH_DEVICE_TYPES(TYPE, OPNAME, ...)              \
+  XK_DISPATCH_FLOATING_TYPES(TYPE, OPNAME, [&] {                 \
+    using T = ::xkernels::sycl_backend::device_type_t<scalar_t>; \
+    (__VA_ARGS__)();                                             \
   })
 
 namespace xkernels::sycl_backend {
@@ -47,12 +64,17 @@ namespace xkernels::sycl_backend {
 class Launcher {
  public:
   // The `sycl` backend on the queue for tensor t (queue_for).
-  static Launcher for_tensor(const at::Tensor& t) { return Launcher(&queue_for(t), nullptr); }
+  // Where the provider chose the ahead-of-time library for the device (icpx builds), its launchers run on
+  // that queue; otherwise the run-time compiled kernels do.
+  static Launcher for_tensor(const at::Tensor& t) {
+    sycl::queue& q = queue_for(t);
+    return Launcher(&q, aot_library_for(q.get_device()));
+  }
   // The `acpp` backend (throws BackendUnavailable-style errors when its library is absent).
   static Launcher acpp() { return Launcher(nullptr, &acpp_library()); }
 
   const DeviceTraits& traits() const { return q_ ? traits_of(*q_) : lib_->traits(); }
-  bool is_acpp() const { return lib_ != nullptr; }
+  bool is_acpp() const { return lib_ != nullptr && q_ == nullptr; }
 
   template <typename K, typename T, int D>
   void launch(const sycl::nd_range<D>& range, const typename K::template params<T>& p) {
@@ -66,7 +88,7 @@ class Launcher {
     if (lib_) {
       constexpr long index = xk::instance_index<K, T>();
       static_assert(index >= 0, "kernel/type pair is not in the kernel tables");
-      lib_->launch(static_cast<size_t>(index), kernel_label<K, T>(), D, global, local, &p, sizeof(p));
+      lib_->launch(static_cast<size_t>(index), kernel_label<K, T>(), D, global, local, &p, sizeof(p), q_);
       return;
     }
     TORCH_CHECK((supported_on<K, T>(traits())), "xkernels: kernel ", kernel_label<K, T>(),
@@ -85,7 +107,11 @@ class Launcher {
   // asynchronous errors; for device tensors it returns at once (work stays ordered on torch's queue).
   // The acpp library runs each launch to completion itself.
   void finish(const at::Tensor& t) {
-    if (q_) wait_if_host(t, last_);
+    if (!q_ || !t.device().is_cpu()) return;
+    if (lib_)
+      q_->wait_and_throw();  // the ahead-of-time launchers submit to q_ without handing back an event
+    else
+      wait_if_host(t, last_);
   }
 
  private:

@@ -18,13 +18,13 @@ namespace {
 // one SIMD vector (16 lanes with AVX-512), so a few rows per work-group keep tasks large
 // enough to amortise scheduling; on GPUs more sub-groups per work-group fill an EU/SM.
 struct LayerNormConfig {
-  static constexpr int64_t kCpuRowsPerGroup = 4;     // sub-groups (rows in flight) per work-group, CPU
-  static constexpr int64_t kGpuRowsPerGroup = 8;     // same, GPUs
-  static constexpr int64_t kAssumedSubGroup = 16;    // lanes per sub-group the local size is sized for
-  static constexpr int64_t kMaxGroups = 1 << 16;     // rows are grid-strided beyond this
-  static constexpr int64_t kColumnTile = 64;         // work-items per work-group, dw/db stage 2
-  static constexpr int64_t kRowsPerBlock = 32;       // rows summed per stage-1 partial (dw/db)
-  static constexpr int64_t kMaxBlocks = 256;         // at most this many partials per column
+  static constexpr int64_t kCpuRowsPerGroup = 4;   // sub-groups (rows in flight) per work-group, CPU
+  static constexpr int64_t kGpuRowsPerGroup = 8;   // same, GPUs
+  static constexpr int64_t kAssumedSubGroup = 16;  // lanes per sub-group the local size is sized for
+  static constexpr int64_t kMaxGroups = 1 << 16;   // rows are grid-strided beyond this
+  static constexpr int64_t kColumnTile = 64;       // work-items per work-group, dw/db stage 2
+  static constexpr int64_t kRowsPerBlock = 32;     // rows summed per stage-1 partial (dw/db)
+  static constexpr int64_t kMaxBlocks = 256;       // at most this many partials per column
 };
 
 // One sub-group per row: the nd_range for M rows.
@@ -65,7 +65,8 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> backward(Launcher L, const at::Te
   const auto stat_dtype = layer_norm_stat_dtype(x.scalar_type());
   const at::Tensor mu_t = mean.to(stat_dtype).contiguous(), rs_t = rstd.to(stat_dtype).contiguous();
   const bool want_x = mask[0], want_w = mask[1], want_b = mask[2];  // the entry clears bits for absent parameters
-  at::Tensor gi = want_x ? empty(x.sizes(), x.options().memory_format(at::MemoryFormat::Contiguous)) : empty_grad_like(x);
+  at::Tensor gi =
+      want_x ? empty(x.sizes(), x.options().memory_format(at::MemoryFormat::Contiguous)) : empty_grad_like(x);
   at::Tensor gw = want_w ? empty(p.normalized_shape, x.options()) : empty_grad_like(x);
   at::Tensor gb = want_b ? empty(p.normalized_shape, x.options()) : empty_grad_like(x);
   XK_DISPATCH_DEVICE_TYPES(x.scalar_type(), "layer_norm_backward", [&] {
@@ -100,14 +101,13 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> backward(Launcher L, const at::Te
                                           .N = p.N,
                                           .rows_per_block = rows_per_block});
       // In-order queue: stage 2 starts after stage 1.
-      L.launch<xk::layer_norm_bwd_wb_final, T>(
-          sycl::nd_range<1>(sycl::range<1>(cols), sycl::range<1>(C::kColumnTile)),
-          {.part_w = want_w ? part_w.const_data_ptr<acc>() : nullptr,
-           .part_b = want_b ? part_b.const_data_ptr<acc>() : nullptr,
-           .dw = want_w ? mptr<T>(gw) : nullptr,
-           .db = want_b ? mptr<T>(gb) : nullptr,
-           .blocks = blocks,
-           .N = p.N});
+      L.launch<xk::layer_norm_bwd_wb_final, T>(sycl::nd_range<1>(sycl::range<1>(cols), sycl::range<1>(C::kColumnTile)),
+                                               {.part_w = want_w ? part_w.const_data_ptr<acc>() : nullptr,
+                                                .part_b = want_b ? part_b.const_data_ptr<acc>() : nullptr,
+                                                .dw = want_w ? mptr<T>(gw) : nullptr,
+                                                .db = want_b ? mptr<T>(gb) : nullptr,
+                                                .blocks = blocks,
+                                                .N = p.N});
       // part_w / part_b are freed when this scope ends: for XPU tensors the caching allocator
       // keeps the memory for later work on the same stream, so that is safe; CPU waits below.
       L.finish(x);
@@ -125,9 +125,11 @@ void layer_norm_forward_out(const at::Tensor& input, const at::Tensor& weight, c
   forward_out(Launcher::for_tensor(input), input, weight, bias, eps, p, out, mean, rstd);
 }
 
-std::tuple<at::Tensor, at::Tensor, at::Tensor> layer_norm_backward(
-    const at::Tensor& grad_output, const at::Tensor& input, const at::Tensor& mean, const at::Tensor& rstd,
-    const at::Tensor& weight, const LayerNormProblem& p, std::array<bool, 3> mask) {
+std::tuple<at::Tensor, at::Tensor, at::Tensor> layer_norm_backward(const at::Tensor& grad_output,
+                                                                   const at::Tensor& input, const at::Tensor& mean,
+                                                                   const at::Tensor& rstd, const at::Tensor& weight,
+                                                                   const LayerNormProblem& p,
+                                                                   std::array<bool, 3> mask) {
   return backward(Launcher::for_tensor(input), grad_output, input, mean, rstd, weight, p, mask);
 }
 
@@ -143,9 +145,11 @@ void layer_norm_forward_out(const at::Tensor& input, const at::Tensor& weight, c
   sycl_backend::forward_out(Launcher::acpp(), input, weight, bias, eps, p, out, mean, rstd);
 }
 
-std::tuple<at::Tensor, at::Tensor, at::Tensor> layer_norm_backward(
-    const at::Tensor& grad_output, const at::Tensor& input, const at::Tensor& mean, const at::Tensor& rstd,
-    const at::Tensor& weight, const LayerNormProblem& p, std::array<bool, 3> mask) {
+std::tuple<at::Tensor, at::Tensor, at::Tensor> layer_norm_backward(const at::Tensor& grad_output,
+                                                                   const at::Tensor& input, const at::Tensor& mean,
+                                                                   const at::Tensor& rstd, const at::Tensor& weight,
+                                                                   const LayerNormProblem& p,
+                                                                   std::array<bool, 3> mask) {
   return sycl_backend::backward(Launcher::acpp(), grad_output, input, mean, rstd, weight, p, mask);
 }
 

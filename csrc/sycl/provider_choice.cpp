@@ -98,10 +98,11 @@ Choice choose_cuda(const std::vector<AotImage>& images, const DeviceDesc& d, con
     why = no_aot.empty() ? "the ahead-of-time library has no NVIDIA image (targets: " + join_targets(images) + ")"
                          : no_aot;
   }
-  Choice c = rtc(why + "; compiling at run time" + (dev_arch.empty() ? std::string(" for the runtime's default "
-                                                                                   "architecture (compute capability "
-                                                                                   "unknown)")
-                                                                      : " for " + dev_arch));
+  Choice c = rtc(why + "; compiling at run time" +
+                 (dev_arch.empty() ? std::string(" for the runtime's default "
+                                                 "architecture (compute capability "
+                                                 "unknown)")
+                                   : " for " + dev_arch));
   if (!dev_arch.empty()) c.runtime_env.emplace_back(kRtcTargetVar, dev_arch);
   return c;
 }
@@ -145,9 +146,9 @@ Choice choose_intel(const std::vector<AotImage>& images, const DeviceDesc& d, co
                (d.is_gpu && !dev_arch.empty() ? " (no native image for " + dev_arch + ")" : "");
     return c;
   }
-  return rtc((no_aot.empty() ? "the ahead-of-time library has no image for this device (targets: " +
-                                   join_targets(images) + ")"
-                             : no_aot) +
+  return rtc((no_aot.empty()
+                  ? "the ahead-of-time library has no image for this device (targets: " + join_targets(images) + ")"
+                  : no_aot) +
              "; compiling at run time");
 }
 
@@ -166,8 +167,10 @@ const char* device_backend_name(DeviceBackend b) {
 
 DeviceBackend parse_device_backend(const std::string& name) {
   std::string s = lower(name);
-  if (starts_with(s, "ext_oneapi_")) s = s.substr(11);
-  else if (starts_with(s, "ext_intel_")) s = s.substr(10);
+  if (starts_with(s, "ext_oneapi_"))
+    s = s.substr(11);
+  else if (starts_with(s, "ext_intel_"))
+    s = s.substr(10);
   if (s == "level_zero") return DeviceBackend::LevelZero;
   if (s == "opencl") return DeviceBackend::OpenCL;
   if (s == "cuda") return DeviceBackend::Cuda;
@@ -258,10 +261,10 @@ Choice choose(const std::vector<AotImage>& images, const DeviceDesc& dev) {
     case DeviceBackend::LevelZero:
     case DeviceBackend::OpenCL: return choose_intel(images, dev, no_aot);
     case DeviceBackend::Hip: {
-      Choice c = rtc((no_aot.empty() ? "xkernels builds no AMD image ahead of time" : no_aot) +
-                     "; compiling at run time" + (dev.arch.empty() ? std::string(" (set ") + kRtcTargetVar +
-                                                                         " to the GPU's gfx architecture)"
-                                                                   : " for " + dev.arch));
+      Choice c =
+          rtc((no_aot.empty() ? "xkernels builds no AMD image ahead of time" : no_aot) + "; compiling at run time" +
+              (dev.arch.empty() ? std::string(" (set ") + kRtcTargetVar + " to the GPU's gfx architecture)"
+                                : " for " + dev.arch));
       std::string a = lower(dev.arch);
       if (starts_with(a, "amd_gpu_")) a = a.substr(8);
       if (!a.empty()) c.runtime_env.emplace_back(kRtcTargetVar, a);
@@ -320,8 +323,9 @@ CudaDeviceMatch match_cuda_device(int torch_index, const std::string& torch_uuid
   CudaDeviceMatch m;
   const std::string who = "cuda:" + std::to_string(torch_index);
   if (devs.empty()) {
-    m.error = "the SYCL runtime lists no CUDA device (the oneAPI CUDA plugin, libur_adapter_cuda.so, is not "
-              "installed or found no GPU)";
+    m.error =
+        "the SYCL runtime lists no CUDA device (the oneAPI CUDA plugin, libur_adapter_cuda.so, is not "
+        "installed or found no GPU)";
     return m;
   }
   const bool sycl_has_uuids = std::all_of(devs.begin(), devs.end(), [](const auto& d) { return !d.uuid.empty(); });
@@ -333,8 +337,8 @@ CudaDeviceMatch match_cuda_device(int torch_index, const std::string& torch_uuid
         break;
       }
     if (m.index < 0) {
-      m.error = "none of the SYCL runtime's " + std::to_string(devs.size()) + " CUDA device(s) has the UUID of " +
-                who + " (" + lower(torch_uuid) + "); do torch and SYCL see the same GPUs (CUDA_VISIBLE_DEVICES)?";
+      m.error = "none of the SYCL runtime's " + std::to_string(devs.size()) + " CUDA device(s) has the UUID of " + who +
+                " (" + lower(torch_uuid) + "); do torch and SYCL see the same GPUs (CUDA_VISIBLE_DEVICES)?";
       return m;
     }
   } else {

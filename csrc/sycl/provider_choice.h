@@ -1,11 +1,12 @@
-// Where the kernel provider gets a device's kernels from: the ahead-of-time library (built by icpx,
-// see aot_kernels.h and docs/oneapi.md) or the SYCL runtime's kernel compiler at run time.
+// Where the kernel provider gets a device's kernels from: the ahead-of-time launcher library (built by icpx
+// from csrc/sycl/aot/launchers.cpp, see aot_library.h and docs/oneapi.md) or the SYCL runtime's kernel
+// compiler at run time.
 // Pure logic on plain structs (no SYCL, no torch), so it is tested without a device or a compiler.
 //
-// How runtime.cpp uses it, once per device (the first get_kernel for that device):
+// How kernel_provider.cpp uses it, once per device (the first launch on that device):
 //
 //   #ifdef XKERNELS_SYCL_AOT
-//     auto images = provider_choice::parse_aot_targets(sycl_aot::aot_library().targets);
+//     auto images = provider_choice::parse_aot_targets(XKERNELS_SYCL_AOT_TARGETS);   // the build's spec
 //   #else
 //     std::vector<provider_choice::AotImage> images;   // no AOT library: always run-time compile
 //   #endif
@@ -55,7 +56,7 @@ struct AotImage {
   std::vector<std::string> archs;  // spir64_gen: ocloc devices; nvptx64-nvidia-cuda: its sm_NN
 };
 
-// Parses the library's target spec (aot_kernels.h, AotLibrary::targets): entries separated by spaces,
+// Parses the library's target spec (XKERNELS_SYCL_AOT_TARGETS, from the build plan): entries separated by spaces,
 // each "target" or "target:arch[,arch...]". Throws std::invalid_argument naming the bad entry.
 std::vector<AotImage> parse_aot_targets(const std::string& spec);
 
@@ -100,9 +101,9 @@ struct CudaSyclDevice {
   std::string uuid;  // 32 lowercase hex digits, "" when the runtime does not report one
 };
 struct CudaDeviceMatch {
-  int index = -1;      // into the list passed to match_cuda_device; -1 on error
+  int index = -1;  // into the list passed to match_cuda_device; -1 on error
   bool by_uuid = false;
-  std::string error;   // why none matched (complete sentence fragment without the op name)
+  std::string error;  // why none matched (complete sentence fragment without the op name)
 };
 // Matches torch's CUDA device `torch_index` (whose UUID is `torch_uuid`, "" if unknown) to one of the
 // SYCL runtime's CUDA devices. By UUID when both sides know it (a CUDA_VISIBLE_DEVICES mismatch between

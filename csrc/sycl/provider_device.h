@@ -18,16 +18,14 @@ inline std::string architecture_name(sycl::ext::oneapi::experimental::architectu
   using arch = sycl::ext::oneapi::experimental::architecture;
   switch (a) {
 #define __SYCL_ARCHITECTURE(NAME, VAL) \
-  case arch::NAME:                     \
-    return #NAME;
+  case arch::NAME: return #NAME;
 #define __SYCL_ARCHITECTURE_ALIAS(NAME, VAL)
 #define __SYCL_ARCHITECTURE_CONDITIONAL(NAME, VAL, FEATURE_GUARD) __SYCL_ARCHITECTURE(NAME, VAL)
 #include <sycl/ext/oneapi/experimental/device_architecture.def>
 #undef __SYCL_ARCHITECTURE
 #undef __SYCL_ARCHITECTURE_ALIAS
 #undef __SYCL_ARCHITECTURE_CONDITIONAL
-    default:
-      break;
+    default: break;
   }
   return "";
 }

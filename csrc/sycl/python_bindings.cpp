@@ -1,9 +1,9 @@
 // _C.sycl: control plane of the SYCL backend for python/xkernels/backends.py and the tests.
+#include <c10/core/ScalarType.h>
+#include <c10/util/Exception.h>
 #include <pybind11/functional.h>
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
-#include <c10/core/ScalarType.h>
-#include <c10/util/Exception.h>
 
 #include "sycl/aot_library.h"
 #include "sycl/host_alloc.h"
@@ -22,8 +22,10 @@ at::ScalarType dtype_from_name(const std::string& name) {
   if (name == "float64" || name == "double") return at::kDouble;
   if (name == "float16" || name == "half") return at::kHalf;
   if (name == "bfloat16") return at::kBFloat16;
-  TORCH_CHECK_VALUE(false, "xkernels._C.sycl.cpu_status: argument 'dtype_name' must be one of 'float32', 'float64', "
-                    "'float16', 'bfloat16', got '", name, "'");
+  TORCH_CHECK_VALUE(false,
+                    "xkernels._C.sycl.cpu_status: argument 'dtype_name' must be one of 'float32', 'float64', "
+                    "'float16', 'bfloat16', got '",
+                    name, "'");
 }
 
 py::dict device_dict(const DeviceRecord& r) {
@@ -78,8 +80,9 @@ void bind_python(py::module_& m) {
       },
       "Every SYCL device of every platform, as dicts (name, vendor, platform, backend, type, driver, fp16, fp64, "
       "compute_units, max_work_group_size, local_mem, sub_group_sizes, usable[, reason]).");
-  m.def("discovery_error", [] { return discovery_error(); },
-        "Why the SYCL runtime found no device ('' when it found some).");
+  m.def(
+      "discovery_error", [] { return discovery_error(); },
+      "Why the SYCL runtime found no device ('' when it found some).");
   m.def(
       "cpu_status",
       [](const std::string& dtype_name) {
@@ -137,13 +140,14 @@ void bind_python(py::module_& m) {
           for (auto& e : g->entries(t)) names.push_back(std::move(e.name));
           return names;
         }
-        TORCH_CHECK_VALUE(false, "xkernels._C.sycl.group_kernel_names: argument 'file' must name a kernel group (",
-                          [] {
-                            std::string known;
-                            for (const KernelGroup* g : kernel_groups()) known += (known.empty() ? "" : ", ") + g->file;
-                            return known;
-                          }(),
-                          "), got '", file, "'");
+        TORCH_CHECK_VALUE(
+            false, "xkernels._C.sycl.group_kernel_names: argument 'file' must name a kernel group (",
+            [] {
+              std::string known;
+              for (const KernelGroup* g : kernel_groups()) known += (known.empty() ? "" : ", ") + g->file;
+              return known;
+            }(),
+            "), got '", file, "'");
       },
       py::arg("file"), py::arg("fp16"), py::arg("fp64"), py::arg("sub_group_sizes"),
       "Registered kernel names group `file` asks the provider for on a device with these traits (what its "

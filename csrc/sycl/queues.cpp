@@ -3,8 +3,8 @@
 // of the matching SYCL CUDA device (cuda_devices.cpp). Never a queue per call.
 #include <ATen/ATen.h>
 
-#include "sycl/runtime_internal.h"
 #include "sycl/runtime_info.h"
+#include "sycl/runtime_internal.h"
 
 #ifdef XKERNELS_WITH_XPU
 #include <c10/xpu/XPUStream.h>

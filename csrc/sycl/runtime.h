@@ -52,6 +52,11 @@ const KernelGroup& find_kernel_group(const char* file);
 sycl::queue& queue_for(const at::Tensor& t);
 const DeviceTraits& traits_of(const sycl::queue& q);
 
+class AotLibrary;
+// The ahead-of-time launcher library (icpx build, aot_library.h) when the provider's choice for `dev` is an image
+// of it and it loads; nullptr when the device compiles its kernels at run time.
+const AotLibrary* aot_library_for(const sycl::device& dev);
+
 // Compiled kernel `name` from `group` for the queue's device (built once per device and
 // group, thread-safe; compile errors raise with the compiler log).
 sycl::kernel get_kernel(const sycl::queue& q, const KernelGroup& group, const std::string& name);
@@ -59,8 +64,8 @@ sycl::kernel get_kernel(const sycl::queue& q, const KernelGroup& group, const st
 // Throws (naming the kernel and the values) unless: every local size is >= 1 and the global
 // size is a multiple of it in each dimension; the work-group fits the device and the kernel
 // limit; `num_args` matches the kernel's parameter count. launch() calls it.
-void validate_launch(const sycl::queue& q, const sycl::kernel& k, int dims, const size_t* global,
-                     const size_t* local, size_t num_args);
+void validate_launch(const sycl::queue& q, const sycl::kernel& k, int dims, const size_t* global, const size_t* local,
+                     size_t num_args);
 
 // Submits `k` over `range` with `args` (set in order) after validating the geometry
 // (global divisible by local, local size within the device limit). For CPU tensors the

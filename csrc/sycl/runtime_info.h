@@ -17,8 +17,8 @@ struct DeviceRecord {
   DeviceTraits traits;
   std::string vendor, platform, backend, type, driver;
   uint32_t compute_units = 0;
-  bool usable = false;         // the kernel provider can build and run kernels on it
-  std::string unusable_reason; // why not, when !usable
+  bool usable = false;          // the kernel provider can build and run kernels on it
+  std::string unusable_reason;  // why not, when !usable
 };
 
 // Traits of any device (discovered ones are cached; others, e.g. sub-devices, are added).
@@ -44,9 +44,9 @@ std::string provider_kind();
 // when the ahead-of-time library could not serve the group).
 struct DeviceProvider {
   std::string device, backend;
-  std::string source;  // "aot-native" | "aot-portable" | "run-time-compile"
-  std::string image;   // the library's image, "" for run-time compilation
-  std::string choice;  // provider_choice::describe of the device's choice
+  std::string source;                                       // "aot-native" | "aot-portable" | "run-time-compile"
+  std::string image;                                        // the library's image, "" for run-time compilation
+  std::string choice;                                       // provider_choice::describe of the device's choice
   std::vector<std::pair<std::string, std::string>> groups;  // (kernel file, what it got)
 };
 std::vector<DeviceProvider> provider_devices();

@@ -7,8 +7,8 @@
 #include <filesystem>
 #include <string>
 
-#include "sycl/runtime_internal.h"
 #include "sycl/runtime_info.h"
+#include "sycl/runtime_internal.h"
 
 namespace xkernels::sycl_backend {
 

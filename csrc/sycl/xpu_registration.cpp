@@ -16,7 +16,8 @@ namespace {
 
 // Calls Fn with the device of its first argument (a tensor: input or grad_output; the
 // entry checks that all tensors share it) made current.
-template <auto Fn> struct WithDeviceGuard;
+template <auto Fn>
+struct WithDeviceGuard;
 template <typename R, typename First, typename... Rest, R (*Fn)(First, Rest...)>
 struct WithDeviceGuard<Fn> {
   static R call(First first, Rest... rest) {
@@ -32,8 +33,7 @@ TORCH_LIBRARY_IMPL(xkernels, XPU, m) {
   using namespace xkernels;
   using sycl_backend::WithDeviceGuard;
   m.impl("fused_linear_relu", &WithDeviceGuard<&entry::fused_linear_relu<choose_xpu_backend>>::call);
-  m.impl("fused_linear_relu_backward",
-         &WithDeviceGuard<&entry::fused_linear_relu_backward<choose_xpu_backend>>::call);
+  m.impl("fused_linear_relu_backward", &WithDeviceGuard<&entry::fused_linear_relu_backward<choose_xpu_backend>>::call);
   m.impl("conv2d", &WithDeviceGuard<&entry::conv2d<choose_xpu_backend>>::call);
   m.impl("conv2d_backward", &WithDeviceGuard<&entry::conv2d_backward<choose_xpu_backend>>::call);
   m.impl("layer_norm_forward", &WithDeviceGuard<&entry::layer_norm_forward<choose_xpu_backend>>::call);

@@ -14,11 +14,11 @@
 
 #include <barrier>
 #include <cstdint>
-#include <type_traits>
 #include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <thread>
+#include <type_traits>
 #include <vector>
 
 #undef __global__
@@ -41,7 +41,8 @@ inline thread_local unsigned linear_tid;
 inline dim3 block_dim, grid_dim;
 inline Block current;
 
-template <class Kernel, class... Args> void launch(dim3 grid, dim3 block, Kernel kernel, Args... args) {
+template <class Kernel, class... Args>
+void launch(dim3 grid, dim3 block, Kernel kernel, Args... args) {
   const unsigned n = block.x * block.y * block.z;
   if (n % 32 != 0) std::abort();  // the kernels use whole warps
   grid_dim = grid;
@@ -74,7 +75,8 @@ template <class Kernel, class... Args> void launch(dim3 grid, dim3 block, Kernel
 
 inline void __syncthreads() { xk_sim::current.block->arrive_and_wait(); }
 inline void __trap() { std::abort(); }
-template <typename T> T __shfl_xor_sync(unsigned, T v, int offset) {
+template <typename T>
+T __shfl_xor_sync(unsigned, T v, int offset) {
   static_assert(sizeof(T) <= 8, "shuffle of an 8-byte value at most");
   const unsigned t = xk_sim::linear_tid, warp = t / 32, lane = t % 32;
   auto& cells = *xk_sim::current.lanes;
@@ -94,14 +96,16 @@ struct matrix_b {};
 struct accumulator {};
 struct row_major {};
 enum layout_t { mem_row_major, mem_col_major };
-template <class Use, int M, int N, int K, class T, class Layout = void> struct fragment {
+template <class Use, int M, int N, int K, class T, class Layout = void>
+struct fragment {
   static_assert(M == 16 && N == 16 && K == 16, "model covers 16x16x16 only");
   T x[16 * 16];
 };
 inline float to_float(float v) { return v; }
 inline float to_float(__half v) { return __half2float(v); }
 inline float to_float(__nv_bfloat16 v) { return __bfloat162float(v); }
-template <class Use, class T, class L, class V> void fill_fragment(fragment<Use, 16, 16, 16, T, L>& f, V v) {
+template <class Use, class T, class L, class V>
+void fill_fragment(fragment<Use, 16, 16, 16, T, L>& f, V v) {
   for (auto& e : f.x) e = static_cast<T>(v);
 }
 template <class Use, class T, class L>

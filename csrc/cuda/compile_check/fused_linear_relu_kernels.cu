@@ -4,7 +4,8 @@
 
 namespace xkernels::cuda::compile_check {
 namespace {
-template <typename T> struct LinearKernels {
+template <typename T>
+struct LinearKernels {
   void operator()(std::vector<const void*>& out) const {
     add_gemm<T, k::RowMajorA<T>, k::TransposedB<T>, k::LinearReluEpilogue<T, true>>(out);
     add_gemm<T, k::RowMajorA<T>, k::TransposedB<T>, k::LinearReluEpilogue<T, false>>(out);

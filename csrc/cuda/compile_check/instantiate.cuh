@@ -13,7 +13,8 @@ namespace xkernels::cuda::compile_check {
 namespace k = ::xkernels::cuda::kernels;
 
 // Every kernel run_gemm may launch for these loaders/epilogue (launch.cuh).
-template <typename T, class LoadA, class LoadB, class Epi> void add_gemm(std::vector<const void*>& out) {
+template <typename T, class LoadA, class LoadB, class Epi>
+void add_gemm(std::vector<const void*>& out) {
   using Acc = k::acc_t<T>;
   out.push_back(reinterpret_cast<const void*>(&k::gemm_simt_kernel<Acc, LoadA, LoadB, Epi>));
   out.push_back(reinterpret_cast<const void*>(&k::gemm_splitk_reduce_kernel<Acc, Epi>));
@@ -22,13 +23,15 @@ template <typename T, class LoadA, class LoadB, class Epi> void add_gemm(std::ve
 }
 
 // Every kernel run_column_sum may launch.
-template <typename Acc, bool kRowsContiguous, class Load, class Epi> void add_column_sum(std::vector<const void*>& out) {
+template <typename Acc, bool kRowsContiguous, class Load, class Epi>
+void add_column_sum(std::vector<const void*>& out) {
   out.push_back(reinterpret_cast<const void*>(&k::column_sum_partial_kernel<Acc, kRowsContiguous, Load, Epi>));
   out.push_back(reinterpret_cast<const void*>(&k::column_sum_final_kernel<Acc, Epi>));
 }
 
 // Applies F<T>() to the four element types the ops support.
-template <template <typename> class F> void for_each_type(std::vector<const void*>& out) {
+template <template <typename> class F>
+void for_each_type(std::vector<const void*>& out) {
   F<double>{}(out);
   F<float>{}(out);
   F<__half>{}(out);

@@ -40,15 +40,23 @@ struct Rng {  // deterministic LCG
   }
 };
 
-template <typename T> double d(T v) { return static_cast<double>(k::Num<T>::to_acc(v)); }
-template <typename T> T t_of(double v) { return k::Num<T>::from_acc(static_cast<k::acc_t<T>>(v)); }
+template <typename T>
+double d(T v) {
+  return static_cast<double>(k::Num<T>::to_acc(v));
+}
+template <typename T>
+T t_of(double v) {
+  return k::Num<T>::from_acc(static_cast<k::acc_t<T>>(v));
+}
 
-template <typename T> std::vector<T> ints(Rng& rng, size_t n, int lo = -3, int hi = 3) {
+template <typename T>
+std::vector<T> ints(Rng& rng, size_t n, int lo = -3, int hi = 3) {
   std::vector<T> v(n);
   for (auto& e : v) e = t_of<T>(rng.next(lo, hi));
   return v;
 }
-template <typename T> std::vector<double> as_double(const std::vector<T>& v) {
+template <typename T>
+std::vector<double> as_double(const std::vector<T>& v) {
   std::vector<double> o(v.size());
   for (size_t i = 0; i < v.size(); ++i) o[i] = d(v[i]);
   return o;
@@ -94,9 +102,9 @@ struct Sequential {
 // The real SIMT kernels on the CPU simulator, geometry as in launch.cuh's run_gemm /
 // run_column_sum but with the split count / chunk count / grid-y cap forced per run.
 struct Simulated {
-  int64_t splits;      // requested K slices
+  int64_t splits;       // requested K slices
   unsigned grid_y_cap;  // < G*splits exercises the kernel's z loop
-  int64_t chunks;      // column-sum row chunks
+  int64_t chunks;       // column-sum row chunks
   const char* name() const { return "simulated"; }
   template <typename T, class A, class B, class E>
   void gemm(int64_t G, int64_t M, int64_t N, int64_t K, const A& a, const B& b, const E& e) const {
@@ -110,12 +118,11 @@ struct Simulated {
     std::vector<Acc> ws(s.splits > 1 ? s.splits * G * M * N : 0, Acc(-12345));
     Acc* wp = s.splits > 1 ? ws.data() : nullptr;
     const int64_t tiles = k::ceil_div(M, Tile::BM) * s.tiles_n;
-    const dim3 grid(static_cast<unsigned>(tiles),
-                    static_cast<unsigned>(std::min<int64_t>(G * s.splits, grid_y_cap)));
+    const dim3 grid(static_cast<unsigned>(tiles), static_cast<unsigned>(std::min<int64_t>(G * s.splits, grid_y_cap)));
     xk_sim::launch(grid, dim3(Tile::kThreads), k::gemm_simt_kernel<Acc, A, B, E>, a, b, e, s, wp);
     if (s.splits > 1)
-      xk_sim::launch(dim3(3), dim3(64), k::gemm_splitk_reduce_kernel<Acc, E>, static_cast<const Acc*>(wp), s.splits,
-                     G, M, N, e);
+      xk_sim::launch(dim3(3), dim3(64), k::gemm_splitk_reduce_kernel<Acc, E>, static_cast<const Acc*>(wp), s.splits, G,
+                     M, N, e);
   }
   template <typename Acc, bool kRowsContiguous, class L, class E>
   void column_sum(int64_t R, int64_t C, const L& l, const E& e) const {
@@ -127,8 +134,8 @@ struct Simulated {
     const dim3 grid(static_cast<unsigned>(kRowsContiguous ? C : k::ceil_div(C, Tile::kColLanes)),
                     static_cast<unsigned>(n_chunks));
     const dim3 block = kRowsContiguous ? dim3(Tile::kRowThreads) : dim3(Tile::kColLanes, Tile::kRowLanes);
-    xk_sim::launch(grid, block, k::column_sum_partial_kernel<Acc, kRowsContiguous, L, E>, l, e, R, C,
-                   rows_per_chunk, pp);
+    xk_sim::launch(grid, block, k::column_sum_partial_kernel<Acc, kRowsContiguous, L, E>, l, e, R, C, rows_per_chunk,
+                   pp);
     if (n_chunks > 1)
       xk_sim::launch(dim3(2), dim3(32), k::column_sum_final_kernel<Acc, E>, static_cast<const Acc*>(pp), n_chunks, C,
                      e);
@@ -150,12 +157,11 @@ struct SimulatedWmma : Simulated {
     std::vector<float> ws(s.splits > 1 ? s.splits * G * M * N : 0, -12345.0f);
     float* wp = s.splits > 1 ? ws.data() : nullptr;
     const int64_t tiles = k::ceil_div(M, Tile::BM) * s.tiles_n;
-    const dim3 grid(static_cast<unsigned>(tiles),
-                    static_cast<unsigned>(std::min<int64_t>(G * s.splits, grid_y_cap)));
+    const dim3 grid(static_cast<unsigned>(tiles), static_cast<unsigned>(std::min<int64_t>(G * s.splits, grid_y_cap)));
     xk_sim::launch(grid, dim3(Tile::kThreads), k::gemm_wmma_kernel<T, A, B, E>, a, b, e, s, wp);
     if (s.splits > 1)
-      xk_sim::launch(dim3(3), dim3(64), k::gemm_splitk_reduce_kernel<float, E>, static_cast<const float*>(wp),
-                     s.splits, G, M, N, e);
+      xk_sim::launch(dim3(3), dim3(64), k::gemm_splitk_reduce_kernel<float, E>, static_cast<const float*>(wp), s.splits,
+                     G, M, N, e);
   }
 };
 
@@ -168,7 +174,8 @@ int64_t at4(const k::Strides4& s, int64_t a, int64_t b, int64_t c, int64_t e) {
   return a * s.n + b * s.c + c * s.h + e * s.w;
 }
 
-template <typename T, bool CL, class Runner> void check_conv(Rng& rng, int trial, const Runner& run, int max_hw) {
+template <typename T, bool CL, class Runner>
+void check_conv(Rng& rng, int trial, const Runner& run, int max_hw) {
   k::ConvGeometry p{};
   const int64_t groups = rng.next(1, 3);
   p.N = rng.next(1, 2);
@@ -227,14 +234,15 @@ template <typename T, bool CL, class Runner> void check_conv(Rng& rng, int trial
                        k::ConvGradOutputScatterB<T, CL>{dy.data(), sy, p},
                        k::ConvGradInputEpilogue<T>{dx.data(), sx, p});
   run.template gemm<T>(groups, p.Og, p.Cg * p.KH * p.KW, p.N * p.OH * p.OW, k::ConvGradOutputA<T, CL>{dy.data(), sy, p},
-                       k::ConvInputPatchTB<T, CL>{x.data(), sx, p},
-                       k::ConvGradWeightEpilogue<T, CL>{dw.data(), sw, p});
-  run.template column_sum<k::acc_t<T>, !CL>(p.N * p.OH * p.OW, p.O,
-                                            k::ConvGradOutputColumns<T>{dy.data(), sy, p.OH, p.OW},
-                                            k::StoreVector<T>{db.data()});
+                       k::ConvInputPatchTB<T, CL>{x.data(), sx, p}, k::ConvGradWeightEpilogue<T, CL>{dw.data(), sw, p});
+  run.template column_sum<k::acc_t<T>, !CL>(
+      p.N * p.OH * p.OW, p.O, k::ConvGradOutputColumns<T>{dy.data(), sy, p.OH, p.OW}, k::StoreVector<T>{db.data()});
   char what[200];
-  std::snprintf(what, sizeof what, "%s conv2d %s %s trial %d (N=%lld C=%lld H=%lld W=%lld O=%lld groups=%lld K=%lldx%lld)",
-                run.name(), sizeof(T) == 8 ? "double" : sizeof(T) == 4 ? "float" : "half",
+  std::snprintf(what, sizeof what,
+                "%s conv2d %s %s trial %d (N=%lld C=%lld H=%lld W=%lld O=%lld groups=%lld K=%lldx%lld)", run.name(),
+                sizeof(T) == 8   ? "double"
+                : sizeof(T) == 4 ? "float"
+                                 : "half",
                 CL ? "channels_last" : "NCHW", trial, (long long)p.N, (long long)p.C, (long long)p.H, (long long)p.W,
                 (long long)p.O, (long long)groups, (long long)p.KH, (long long)p.KW);
   expect_close(std::string(what) + " forward", as_double(y), y_ref);
@@ -244,7 +252,8 @@ template <typename T, bool CL, class Runner> void check_conv(Rng& rng, int trial
 }
 
 // ---------------------------------------------------------------- fused_linear_relu
-template <typename T, class Runner> void check_linear(Rng& rng, int trial, const Runner& run, int max_dim) {
+template <typename T, class Runner>
+void check_linear(Rng& rng, int trial, const Runner& run, int max_dim) {
   const int64_t M = rng.next(1, max_dim), N = rng.next(1, max_dim), K = rng.next(1, max_dim);
   const auto x = ints<T>(rng, M * K, -2, 2), w = ints<T>(rng, N * K, -2, 2), b = ints<T>(rng, N, -2, 2),
              dy = ints<T>(rng, M * N, -2, 2);
@@ -276,8 +285,10 @@ template <typename T, class Runner> void check_linear(Rng& rng, int trial, const
   run.template column_sum<k::acc_t<T>, false>(M, N, k::MaskedGradColumns<T>{g}, k::StoreVector<T>{db.data()});
   char what[128];
   std::snprintf(what, sizeof what, "%s fused_linear_relu %s trial %d (M=%lld N=%lld K=%lld)", run.name(),
-                sizeof(T) == 8 ? "double" : sizeof(T) == 4 ? "float" : "half", trial, (long long)M, (long long)N,
-                (long long)K);
+                sizeof(T) == 8   ? "double"
+                : sizeof(T) == 4 ? "float"
+                                 : "half",
+                trial, (long long)M, (long long)N, (long long)K);
   expect_close(std::string(what) + " forward", as_double(out), out_ref);
   expect_close(std::string(what) + " grad_input", as_double(dx), dx_ref);
   expect_close(std::string(what) + " grad_weight", as_double(dw), dw_ref);
@@ -285,7 +296,8 @@ template <typename T, class Runner> void check_linear(Rng& rng, int trial, const
 }
 
 // ---------------------------------------------------------------- layer_norm
-template <typename T, class Runner> void check_layer_norm(Rng& rng, int64_t M, int64_t N, const Runner& run) {
+template <typename T, class Runner>
+void check_layer_norm(Rng& rng, int64_t M, int64_t N, const Runner& run) {
   using Acc = k::acc_t<T>;
   std::vector<T> x(M * N), w(N), b(N), dy(M * N);
   for (auto& v : x) v = t_of<T>(rng.next(-50, 50) / 8.0 + 3.0);
@@ -320,7 +332,8 @@ template <typename T, class Runner> void check_layer_norm(Rng& rng, int64_t M, i
   std::vector<T> y(M * N, nan), dx(M * N, nan), dw(N, nan), db(N, nan);
   std::vector<Acc> mean(M, Acc(NAN)), rstd(M, Acc(NAN));
   const bool block_row = N > k::LayerNormConfig::kMaxWarpRow;  // layer_norm.cu's row_launch
-  const dim3 block = block_row ? dim3(k::LayerNormConfig::kBlockThreads) : dim3(32, k::LayerNormConfig::kWarpRowsPerBlock);
+  const dim3 block =
+      block_row ? dim3(k::LayerNormConfig::kBlockThreads) : dim3(32, k::LayerNormConfig::kWarpRowsPerBlock);
   const dim3 grid = block_row ? dim3(static_cast<unsigned>(std::max<int64_t>(1, M / 2)))  // < M: rows loop
                               : dim3(static_cast<unsigned>(k::ceil_div(M, k::LayerNormConfig::kWarpRowsPerBlock)));
   auto fwd = block_row ? k::layer_norm_forward_kernel<T, true> : k::layer_norm_forward_kernel<T, false>;
@@ -330,7 +343,8 @@ template <typename T, class Runner> void check_layer_norm(Rng& rng, int64_t M, i
   xk_sim::launch(grid, block, bwd, static_cast<const T*>(dy.data()), static_cast<const T*>(x.data()),
                  static_cast<const Acc*>(mean.data()), static_cast<const Acc*>(rstd.data()),
                  static_cast<const T*>(w.data()), dx.data(), M, N);
-  run.template column_sum<Acc, false>(M, N, k::LayerNormGradWeightLoad<T>{dy.data(), x.data(), mean.data(), rstd.data(), N},
+  run.template column_sum<Acc, false>(M, N,
+                                      k::LayerNormGradWeightLoad<T>{dy.data(), x.data(), mean.data(), rstd.data(), N},
                                       k::StoreVector<T>{dw.data()});
   run.template column_sum<Acc, false>(M, N, k::LayerNormGradBiasLoad<T>{dy.data(), N}, k::StoreVector<T>{db.data()});
   const double tol = sizeof(T) == 8 ? 1e-12 : 2e-5;
@@ -415,7 +429,9 @@ int main() {
     std::printf("kernels_cpu_test: %d of %d checks failed\n", g_failures, g_checks);
     return 1;
   }
-  std::printf("kernels_cpu_test: OK (%d checks: index mappings, simulated SIMT and WMMA GEMM/split-K, column sums, layer_norm)\n",
-              g_checks);
+  std::printf(
+      "kernels_cpu_test: OK (%d checks: index mappings, simulated SIMT and WMMA GEMM/split-K, column sums, "
+      "layer_norm)\n",
+      g_checks);
   return 0;
 }

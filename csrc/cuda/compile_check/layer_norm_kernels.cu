@@ -4,7 +4,8 @@
 
 namespace xkernels::cuda::compile_check {
 namespace {
-template <typename T> struct LayerNormKernels {
+template <typename T>
+struct LayerNormKernels {
   void operator()(std::vector<const void*>& out) const {
     out.push_back(reinterpret_cast<const void*>(&k::layer_norm_forward_kernel<T, false>));
     out.push_back(reinterpret_cast<const void*>(&k::layer_norm_forward_kernel<T, true>));

@@ -16,41 +16,48 @@
 namespace xkernels::cuda::kernels {
 
 // Element type T -> accumulation type and exact conversions.
-template <typename T> struct Num {
+template <typename T>
+struct Num {
   using acc = float;
   __host__ __device__ static acc to_acc(T v) { return static_cast<acc>(v); }
   __host__ __device__ static T from_acc(acc v) { return static_cast<T>(v); }
 };
-template <> struct Num<double> {
+template <>
+struct Num<double> {
   using acc = double;
   __host__ __device__ static acc to_acc(double v) { return v; }
   __host__ __device__ static double from_acc(acc v) { return v; }
 };
-template <> struct Num<__half> {
+template <>
+struct Num<__half> {
   using acc = float;
   __host__ __device__ static acc to_acc(__half v) { return __half2float(v); }
   __host__ __device__ static __half from_acc(acc v) { return __float2half_rn(v); }
 };
-template <> struct Num<__nv_bfloat16> {
+template <>
+struct Num<__nv_bfloat16> {
   using acc = float;
   __host__ __device__ static acc to_acc(__nv_bfloat16 v) { return __bfloat162float(v); }
   __host__ __device__ static __nv_bfloat16 from_acc(acc v) { return __float2bfloat16_rn(v); }
 };
-template <typename T> using acc_t = typename Num<T>::acc;
+template <typename T>
+using acc_t = typename Num<T>::acc;
 
 // One rounding: a*b + c (the only place the kernels fuse a multiply-add).
 __host__ __device__ __forceinline__ float mul_add(float a, float b, float c) { return fmaf(a, b, c); }
 __host__ __device__ __forceinline__ double mul_add(double a, double b, double c) { return fma(a, b, c); }
 
 // relu that keeps NaN (like torch.relu).
-template <typename Acc> __host__ __device__ __forceinline__ Acc relu_keep_nan(Acc v) {
+template <typename Acc>
+__host__ __device__ __forceinline__ Acc relu_keep_nan(Acc v) {
   return (v > Acc(0) || v != v) ? v : Acc(0);
 }
 
 __host__ __device__ __forceinline__ int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 // Butterfly sum over the 32 lanes of a warp: every lane gets the same, order-fixed result.
-template <typename Acc> __device__ __forceinline__ Acc warp_sum(Acc v) {
+template <typename Acc>
+__device__ __forceinline__ Acc warp_sum(Acc v) {
 #pragma unroll
   for (int offset = 16; offset > 0; offset >>= 1) v += __shfl_xor_sync(0xffffffffu, v, offset);
   return v;

@@ -55,7 +55,8 @@ __host__ __device__ __forceinline__ void split_spatial(int64_t n, int64_t Y, int
 
 // ---------------------------------------------------------------- forward
 // A(g, o, k=(c,kh,kw)) = weight[g*Og + o, c, kh, kw]
-template <typename T, bool CL> struct ConvWeightA {
+template <typename T, bool CL>
+struct ConvWeightA {
   const T* w;
   Strides4 s;
   ConvGeometry p;
@@ -79,7 +80,8 @@ __host__ __device__ __forceinline__ acc_t<T> conv_input_tap(const T* x, const St
 }
 
 // B(g, k=(c,kh,kw), n=(b,oh,ow)) = input patch element
-template <typename T, bool CL> struct ConvInputPatchB {
+template <typename T, bool CL>
+struct ConvInputPatchB {
   const T* x;
   Strides4 s;
   ConvGeometry p;
@@ -93,7 +95,8 @@ template <typename T, bool CL> struct ConvInputPatchB {
 };
 
 // y(b, g*Og + o, oh, ow) = v [+ bias]
-template <typename T, bool kHasBias> struct ConvOutputEpilogue {
+template <typename T, bool kHasBias>
+struct ConvOutputEpilogue {
   T* y;
   Strides4 s;
   const T* bias;
@@ -109,7 +112,8 @@ template <typename T, bool kHasBias> struct ConvOutputEpilogue {
 
 // ---------------------------------------------------------------- grad_input
 // A(g, c, k=(o,kh,kw)) = weight[g*Og + o, c, kh, kw]
-template <typename T, bool CL> struct ConvWeightTA {
+template <typename T, bool CL>
+struct ConvWeightTA {
   const T* w;
   Strides4 s;
   ConvGeometry p;
@@ -123,7 +127,8 @@ template <typename T, bool CL> struct ConvWeightTA {
 
 // B(g, k=(o,kh,kw), n=(b,ih,iw)) = grad_output[b, g*Og + o, oh, ow] where ih = oh*stride - pad + kh*dil
 // (and likewise for w) has an integral in-range solution oh, else 0.
-template <typename T, bool CL> struct ConvGradOutputScatterB {
+template <typename T, bool CL>
+struct ConvGradOutputScatterB {
   const T* dy;
   Strides4 s;
   ConvGeometry p;
@@ -141,7 +146,8 @@ template <typename T, bool CL> struct ConvGradOutputScatterB {
 };
 
 // dx(b, g*Cg + c, ih, iw) = v
-template <typename T> struct ConvGradInputEpilogue {
+template <typename T>
+struct ConvGradInputEpilogue {
   T* dx;
   Strides4 s;
   ConvGeometry p;
@@ -154,7 +160,8 @@ template <typename T> struct ConvGradInputEpilogue {
 
 // ---------------------------------------------------------------- grad_weight
 // A(g, o, k=(b,oh,ow)) = grad_output[b, g*Og + o, oh, ow]
-template <typename T, bool CL> struct ConvGradOutputA {
+template <typename T, bool CL>
+struct ConvGradOutputA {
   const T* dy;
   Strides4 s;
   ConvGeometry p;
@@ -167,7 +174,8 @@ template <typename T, bool CL> struct ConvGradOutputA {
 };
 
 // B(g, k=(b,oh,ow), n=(c,kh,kw)) = input patch element
-template <typename T, bool CL> struct ConvInputPatchTB {
+template <typename T, bool CL>
+struct ConvInputPatchTB {
   const T* x;
   Strides4 s;
   ConvGeometry p;
@@ -181,7 +189,8 @@ template <typename T, bool CL> struct ConvInputPatchTB {
 };
 
 // dw(g*Og + o, c, kh, kw) = v
-template <typename T, bool CL> struct ConvGradWeightEpilogue {
+template <typename T, bool CL>
+struct ConvGradWeightEpilogue {
   T* dw;
   Strides4 s;
   ConvGeometry p;
@@ -194,7 +203,8 @@ template <typename T, bool CL> struct ConvGradWeightEpilogue {
 
 // ---------------------------------------------------------------- grad_bias
 // Column-sum loader: L(r=(b, oh, ow), o) = grad_output[b, o, oh, ow].
-template <typename T> struct ConvGradOutputColumns {
+template <typename T>
+struct ConvGradOutputColumns {
   const T* dy;
   Strides4 s;
   int64_t OH, OW;

@@ -12,21 +12,24 @@
 namespace xkernels::cuda::kernels {
 
 // A(m, k) = p[m * ld + k]
-template <typename T> struct RowMajorA {
+template <typename T>
+struct RowMajorA {
   const T* p;
   int64_t ld;
   static constexpr bool kContiguousK = true;
   __host__ __device__ acc_t<T> operator()(int64_t, int64_t m, int64_t k) const { return Num<T>::to_acc(p[m * ld + k]); }
 };
 // B(k, n) = p[n * ld + k]  (B is the transpose of a row-major [N, K] matrix)
-template <typename T> struct TransposedB {
+template <typename T>
+struct TransposedB {
   const T* p;
   int64_t ld;
   static constexpr bool kContiguousK = true;
   __host__ __device__ acc_t<T> operator()(int64_t, int64_t k, int64_t n) const { return Num<T>::to_acc(p[n * ld + k]); }
 };
 // B(k, n) = p[k * ld + n]
-template <typename T> struct RowMajorB {
+template <typename T>
+struct RowMajorB {
   const T* p;
   int64_t ld;
   static constexpr bool kContiguousK = false;
@@ -35,7 +38,8 @@ template <typename T> struct RowMajorB {
 
 // The masked gradient g = (out > 0) ? grad_output : 0 of a row-major [M, N] pair.
 // Like aten's threshold_backward, a masked-out element is 0 even if grad_output is NaN.
-template <typename T> struct MaskedGrad {
+template <typename T>
+struct MaskedGrad {
   const T* dy;
   const T* out;
   int64_t ld;
@@ -45,25 +49,29 @@ template <typename T> struct MaskedGrad {
   }
 };
 // A(m, j) = g(m, j): rows of g, reduction over the output features.
-template <typename T> struct MaskedGradA {
+template <typename T>
+struct MaskedGradA {
   MaskedGrad<T> g;
   static constexpr bool kContiguousK = true;
   __host__ __device__ acc_t<T> operator()(int64_t, int64_t m, int64_t j) const { return g.at(m, j); }
 };
 // A(n, m) = g(m, n): columns of g, reduction over the rows.
-template <typename T> struct MaskedGradTA {
+template <typename T>
+struct MaskedGradTA {
   MaskedGrad<T> g;
   static constexpr bool kContiguousK = false;
   __host__ __device__ acc_t<T> operator()(int64_t, int64_t n, int64_t m) const { return g.at(m, n); }
 };
 // Column-sum loader for grad_bias: L(m, n) = g(m, n).
-template <typename T> struct MaskedGradColumns {
+template <typename T>
+struct MaskedGradColumns {
   MaskedGrad<T> g;
   __host__ __device__ acc_t<T> operator()(int64_t m, int64_t n) const { return g.at(m, n); }
 };
 
 // out(m, n) = relu(v + b(n)), row-major [M, N].
-template <typename T, bool kHasBias> struct LinearReluEpilogue {
+template <typename T, bool kHasBias>
+struct LinearReluEpilogue {
   T* out;
   const T* bias;
   int64_t ld;
@@ -73,7 +81,8 @@ template <typename T, bool kHasBias> struct LinearReluEpilogue {
   }
 };
 // C(m, n) = v, row-major.
-template <typename T> struct StoreMatrix {
+template <typename T>
+struct StoreMatrix {
   T* out;
   int64_t ld;
   __host__ __device__ void operator()(int64_t, int64_t m, int64_t n, acc_t<T> v) const {

@@ -38,7 +38,7 @@ struct SimtGemmTile {
   static constexpr int BM = 64, BN = 64, BK = 16;  // 64x64 output tile: 16 KiB (double) of smem, good occupancy
   static constexpr int TM = 4, TN = 4;             // per-thread accumulators: 16 registers (acc)
   static constexpr int kThreads = (BM / TM) * (BN / TN);
-  static constexpr int kPad = 1;                   // breaks the k-strided smem stores' bank conflicts
+  static constexpr int kPad = 1;  // breaks the k-strided smem stores' bank conflicts
 };
 
 // Tensor-core core (__half / __nv_bfloat16 in, float accumulate) via WMMA 16x16x16.
@@ -188,8 +188,7 @@ __global__ void __launch_bounds__(WmmaGemmTile::kThreads)
     for (int i = 0; i < 2; ++i)
 #pragma unroll
       for (int j = 0; j < 2; ++j)
-        wmma::store_matrix_sync(Cs + (wm * 32 + i * 16) * LDC + wn * 32 + j * 16, c[i][j], LDC,
-                                wmma::mem_row_major);
+        wmma::store_matrix_sync(Cs + (wm * 32 + i * 16) * LDC + wn * 32 + j * 16, c[i][j], LDC, wmma::mem_row_major);
     __syncthreads();
     for (int e = tid; e < BM * BN; e += Tile::kThreads) {
       const int r = e / BN, cc = e % BN;
@@ -209,8 +208,8 @@ __global__ void __launch_bounds__(WmmaGemmTile::kThreads)
 
 // Sums the split-K partials [splits, G, M, N] in split order and applies the epilogue.
 template <typename Acc, class Epi>
-__global__ void gemm_splitk_reduce_kernel(const Acc* __restrict__ ws, int64_t splits, int64_t G, int64_t M,
-                                          int64_t N, Epi epi) {
+__global__ void gemm_splitk_reduce_kernel(const Acc* __restrict__ ws, int64_t splits, int64_t G, int64_t M, int64_t N,
+                                          Epi epi) {
   const int64_t total = G * M * N;
   for (int64_t idx = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; idx < total;
        idx += static_cast<int64_t>(gridDim.x) * blockDim.x) {

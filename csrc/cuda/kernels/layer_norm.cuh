@@ -15,7 +15,8 @@ struct LayerNormConfig {
 };
 
 // Sum over the threads that share a row (a warp, or the whole block), same value in every thread.
-template <bool kBlockRow, typename Acc> __device__ __forceinline__ Acc row_sum(Acc v, Acc* smem) {
+template <bool kBlockRow, typename Acc>
+__device__ __forceinline__ Acc row_sum(Acc v, Acc* smem) {
   v = warp_sum(v);
   if constexpr (kBlockRow) {
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, nwarps = blockDim.x / 32;
@@ -28,11 +29,12 @@ template <bool kBlockRow, typename Acc> __device__ __forceinline__ Acc row_sum(A
   return v;
 }
 
-template <bool kBlockRow> __device__ __forceinline__ int64_t first_row() {
-  return kBlockRow ? static_cast<int64_t>(blockIdx.x)
-                   : static_cast<int64_t>(blockIdx.x) * blockDim.y + threadIdx.y;
+template <bool kBlockRow>
+__device__ __forceinline__ int64_t first_row() {
+  return kBlockRow ? static_cast<int64_t>(blockIdx.x) : static_cast<int64_t>(blockIdx.x) * blockDim.y + threadIdx.y;
 }
-template <bool kBlockRow> __device__ __forceinline__ int64_t row_step() {
+template <bool kBlockRow>
+__device__ __forceinline__ int64_t row_step() {
   return kBlockRow ? static_cast<int64_t>(gridDim.x) : static_cast<int64_t>(gridDim.x) * blockDim.y;
 }
 
@@ -105,7 +107,8 @@ __global__ void layer_norm_backward_input_kernel(const T* __restrict__ dy, const
 }
 
 // Column-sum loaders (kernels/reduce.cuh) for dw = sum_rows(dy * xhat) and db = sum_rows(dy).
-template <typename T> struct LayerNormGradWeightLoad {
+template <typename T>
+struct LayerNormGradWeightLoad {
   const T* dy;
   const T* x;
   const acc_t<T>* mean;
@@ -116,7 +119,8 @@ template <typename T> struct LayerNormGradWeightLoad {
     return Num<T>::to_acc(dy[i]) * ((Num<T>::to_acc(x[i]) - mean[r]) * rstd[r]);
   }
 };
-template <typename T> struct LayerNormGradBiasLoad {
+template <typename T>
+struct LayerNormGradBiasLoad {
   const T* dy;
   int64_t N;
   __host__ __device__ acc_t<T> operator()(int64_t r, int64_t c) const { return Num<T>::to_acc(dy[r * N + c]); }

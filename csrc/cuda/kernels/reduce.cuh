@@ -77,7 +77,8 @@ __global__ void column_sum_final_kernel(const Acc* __restrict__ partial, int64_t
 }
 
 // Epilogue writing a dense vector in the element type.
-template <typename T> struct StoreVector {
+template <typename T>
+struct StoreVector {
   T* out;
   __host__ __device__ void operator()(int64_t c, acc_t<T> v) const { out[c] = Num<T>::from_acc(v); }
 };

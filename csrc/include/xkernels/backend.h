@@ -20,11 +20,11 @@ const char* backend_name(Backend b);
 // Parses "auto" | "reference" | "sycl" | "cuda" | "acpp" (case-insensitive); throws ValueError naming `what`.
 Backend parse_backend(const std::string& name, const char* what);
 
-Backend default_backend();                    // process default (XKERNELS_BACKEND at first use)
+Backend default_backend();  // process default (XKERNELS_BACKEND at first use)
 void set_default_backend(Backend b);
-std::optional<Backend> thread_backend();      // per-thread override (use_backend)
+std::optional<Backend> thread_backend();  // per-thread override (use_backend)
 void set_thread_backend(std::optional<Backend> b);
-Backend requested_backend();                  // thread override, else process default
+Backend requested_backend();  // thread override, else process default
 
 // Availability of the SYCL backend for CPU tensors (built, runtime loaded, CPU device found,
 // dtype supported by the device). Implemented by csrc/sycl/runtime.cpp when built with SYCL.

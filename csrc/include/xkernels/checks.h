@@ -36,8 +36,8 @@ inline void check_dtype_supported(const char* op, const char* arg, const at::Ten
 // `t` must share dtype and device with `ref` (named `ref_arg`).
 inline void check_same_dtype_device(const char* op, const char* arg, const at::Tensor& t, const char* ref_arg,
                                     const at::Tensor& ref) {
-  XK_CHECK(t.scalar_type() == ref.scalar_type(), op, "argument '", arg, "' has dtype ", t.scalar_type(),
-           " but '", ref_arg, "' has dtype ", ref.scalar_type(), "; they must match");
+  XK_CHECK(t.scalar_type() == ref.scalar_type(), op, "argument '", arg, "' has dtype ", t.scalar_type(), " but '",
+           ref_arg, "' has dtype ", ref.scalar_type(), "; they must match");
   XK_CHECK(t.device() == ref.device(), op, "argument '", arg, "' is on device ", t.device(), " but '", ref_arg,
            "' is on device ", ref.device(), "; they must be on the same device");
 }

@@ -16,11 +16,11 @@
 namespace xkernels::policy {
 
 struct CudaKeyFacts {
-  bool native_built = false;     // native CUDA kernels compiled in (and torch has CUDA)
-  std::string native_why_not;    // why not, when !native_built
-  bool sycl_built = false;       // SYCL backend compiled in
-  bool sycl_sees_device = false; // the SYCL runtime has a CUDA device matching the tensor's device
-  std::string sycl_why_not;      // why not, when built but !sycl_sees_device
+  bool native_built = false;      // native CUDA kernels compiled in (and torch has CUDA)
+  std::string native_why_not;     // why not, when !native_built
+  bool sycl_built = false;        // SYCL backend compiled in
+  bool sycl_sees_device = false;  // the SYCL runtime has a CUDA device matching the tensor's device
+  std::string sycl_why_not;       // why not, when built but !sycl_sees_device
 };
 
 enum class CudaKeyChoice { NativeCuda, SyclOnCuda, Error };
@@ -43,12 +43,14 @@ inline const char* cuda_key_choice_name(CudaKeyChoice c) {
 namespace detail {
 inline std::string sycl_unavailable(const CudaKeyFacts& f) {
   if (!f.sycl_built) return "xkernels was built without the SYCL backend";
-  return "the SYCL runtime sees no CUDA device" + (f.sycl_why_not.empty() ? std::string() : " (" + f.sycl_why_not + ")") +
+  return "the SYCL runtime sees no CUDA device" +
+         (f.sycl_why_not.empty() ? std::string() : " (" + f.sycl_why_not + ")") +
          "; SYCL reaches NVIDIA GPUs through the oneAPI CUDA plugin (libur_adapter_cuda.so from 'oneAPI for NVIDIA "
          "GPUs', the same release as the SYCL runtime)";
 }
 inline std::string native_unavailable(const CudaKeyFacts& f) {
-  return "the native CUDA backend is unavailable" + (f.native_why_not.empty() ? std::string() : ": " + f.native_why_not);
+  return "the native CUDA backend is unavailable" +
+         (f.native_why_not.empty() ? std::string() : ": " + f.native_why_not);
 }
 }  // namespace detail
 
@@ -80,8 +82,9 @@ inline CudaKeyDecision decide_cuda_key(const std::string& requested, const CudaK
     return {CudaKeyChoice::Error, who + "no backend can run tensors on " + device + ": " +
                                       detail::native_unavailable(f) + ", and " + detail::sycl_unavailable(f)};
   }
-  return {CudaKeyChoice::Error, who + "unknown backend '" + requested + "' (expected 'auto', 'reference', 'sycl' or "
-                                      "'cuda')"};
+  return {CudaKeyChoice::Error, who + "unknown backend '" + requested +
+                                    "' (expected 'auto', 'reference', 'sycl' or "
+                                    "'cuda')"};
 }
 
 }  // namespace xkernels::policy

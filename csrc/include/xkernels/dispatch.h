@@ -8,9 +8,16 @@
 
 namespace xkernels {
 
-template <typename T> struct AccumulateType { using type = float; };
-template <> struct AccumulateType<double> { using type = double; };
-template <typename T> using acc_t = typename AccumulateType<T>::type;
+template <typename T>
+struct AccumulateType {
+  using type = float;
+};
+template <>
+struct AccumulateType<double> {
+  using type = double;
+};
+template <typename T>
+using acc_t = typename AccumulateType<T>::type;
 
 }  // namespace xkernels
 

@@ -18,13 +18,13 @@
 #endif
 
 // Calls backend `b`'s implementation OP(args...) and returns its result.
-#define XK_CALL_BACKEND(b, OP, ...)                                                      \
-  switch (b) {                                                                           \
-    case ::xkernels::Backend::Reference: return ::xkernels::reference::OP(__VA_ARGS__);  \
+#define XK_CALL_BACKEND(b, OP, ...)                                                               \
+  switch (b) {                                                                                    \
+    case ::xkernels::Backend::Reference: return ::xkernels::reference::OP(__VA_ARGS__);           \
     case ::xkernels::Backend::Sycl: XK_IF_SYCL(return ::xkernels::sycl_backend::OP(__VA_ARGS__)); \
-    case ::xkernels::Backend::Cuda: XK_IF_CUDA(return ::xkernels::cuda::OP(__VA_ARGS__)); \
+    case ::xkernels::Backend::Cuda: XK_IF_CUDA(return ::xkernels::cuda::OP(__VA_ARGS__));         \
     case ::xkernels::Backend::Acpp: XK_IF_ACPP(return ::xkernels::acpp_backend::OP(__VA_ARGS__)); \
-    default: TORCH_CHECK(false, "xkernels." #OP ": no backend chosen");                  \
+    default: TORCH_CHECK(false, "xkernels." #OP ": no backend chosen");                           \
   }
 
 namespace xkernels::entry {
@@ -60,7 +60,9 @@ Grads fused_linear_relu_backward(const at::Tensor& grad_output, const at::Tensor
     // Nothing to multiply: grad_input / grad_weight are zero; grad_bias sums the masked grad over rows.
     at::Tensor gi = mask[0] ? at::zeros_like(input, at::MemoryFormat::Contiguous) : empty_grad_like(input);
     at::Tensor gw = mask[1] ? at::zeros_like(weight, at::MemoryFormat::Contiguous) : empty_grad_like(weight);
-    at::Tensor gb = mask[2] ? at::where(output.le(0), at::zeros_like(grad_output), grad_output).reshape({p.M, p.N}).sum(0) : empty_grad_like(weight);
+    at::Tensor gb = mask[2]
+                        ? at::where(output.le(0), at::zeros_like(grad_output), grad_output).reshape({p.M, p.N}).sum(0)
+                        : empty_grad_like(weight);
     return {gi, gw, gb};
   }
   const Backend chosen = choose("fused_linear_relu_backward", input.scalar_type());
@@ -95,8 +97,7 @@ at::Tensor fused_linear_relu_packed(const at::Tensor& input, const at::Tensor& p
     case Backend::Sycl: XK_IF_SYCL(return sycl_backend::fused_linear_relu_packed(input, packed_weight, b, p));
     case Backend::Acpp: XK_IF_ACPP(return acpp_backend::fused_linear_relu_packed(input, packed_weight, b, p));
     default:
-      TORCH_CHECK(false,
-                  "xkernels.fused_linear_relu_packed: only the 'reference', 'sycl' and 'acpp' backends run it");
+      TORCH_CHECK(false, "xkernels.fused_linear_relu_packed: only the 'reference', 'sycl' and 'acpp' backends run it");
   }
 }
 
@@ -129,7 +130,8 @@ Grads conv2d_backward(const at::Tensor& grad_output, const at::Tensor& input, co
     const auto fmt = p.channels_last ? at::MemoryFormat::ChannelsLast : at::MemoryFormat::Contiguous;
     at::Tensor gi = mask[0] ? zeros_in(input.sizes(), input.options(), fmt) : empty_grad_like(input);
     at::Tensor gw = mask[1] ? zeros_in(weight.sizes(), weight.options(), fmt) : empty_grad_like(weight);
-    at::Tensor gb = mask[2] ? (p.batched ? grad_output.sum({0, 2, 3}) : grad_output.sum({1, 2})) : empty_grad_like(weight);
+    at::Tensor gb =
+        mask[2] ? (p.batched ? grad_output.sum({0, 2, 3}) : grad_output.sum({1, 2})) : empty_grad_like(weight);
     return {gi, gw, gb};
   }
   const Backend chosen = choose("conv2d_backward", input.scalar_type());

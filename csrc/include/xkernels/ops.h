@@ -30,98 +30,102 @@ namespace xkernels {
 
 // csrc/cpu/: the plain C++ oracle.
 namespace reference {
-  at::Tensor fused_linear_relu(const at::Tensor& input, const at::Tensor& weight, const at::Tensor& bias,
-                               const LinearProblem& p);
-  std::tuple<at::Tensor, at::Tensor, at::Tensor> fused_linear_relu_backward(
-      const at::Tensor& grad_output, const at::Tensor& input, const at::Tensor& weight, const at::Tensor& output,
-      const LinearProblem& p, std::array<bool, 3> mask);
-  at::Tensor conv2d(const at::Tensor& input, const at::Tensor& weight, const at::Tensor& bias, const Conv2dProblem& p);
-  std::tuple<at::Tensor, at::Tensor, at::Tensor> conv2d_backward(const at::Tensor& grad_output, const at::Tensor& input,
-                                                                 const at::Tensor& weight, const Conv2dProblem& p,
-                                                                 std::array<bool, 3> mask);
-  void layer_norm_forward_out(const at::Tensor& input, const at::Tensor& weight, const at::Tensor& bias, double eps,
-                              const LayerNormProblem& p, const at::Tensor& out, const at::Tensor& mean,
-                              const at::Tensor& rstd);
-  std::tuple<at::Tensor, at::Tensor, at::Tensor> layer_norm_backward(
-      const at::Tensor& grad_output, const at::Tensor& input, const at::Tensor& mean, const at::Tensor& rstd,
-      const at::Tensor& weight, const LayerNormProblem& p, std::array<bool, 3> mask);
-  // Pre-packed linear weights (CPU tensors only): pack_linear_weight returns the weight [N, K] in the
-  // layout of shapes.h (linear_pack_columns); fused_linear_relu_packed is fused_linear_relu with it
-  // (p from check_fused_linear_relu_packed).
-  at::Tensor pack_linear_weight(const at::Tensor& weight);
-  at::Tensor fused_linear_relu_packed(const at::Tensor& input, const at::Tensor& packed_weight, const at::Tensor& bias,
-                                      const LinearProblem& p);
+at::Tensor fused_linear_relu(const at::Tensor& input, const at::Tensor& weight, const at::Tensor& bias,
+                             const LinearProblem& p);
+std::tuple<at::Tensor, at::Tensor, at::Tensor> fused_linear_relu_backward(
+    const at::Tensor& grad_output, const at::Tensor& input, const at::Tensor& weight, const at::Tensor& output,
+    const LinearProblem& p, std::array<bool, 3> mask);
+at::Tensor conv2d(const at::Tensor& input, const at::Tensor& weight, const at::Tensor& bias, const Conv2dProblem& p);
+std::tuple<at::Tensor, at::Tensor, at::Tensor> conv2d_backward(const at::Tensor& grad_output, const at::Tensor& input,
+                                                               const at::Tensor& weight, const Conv2dProblem& p,
+                                                               std::array<bool, 3> mask);
+void layer_norm_forward_out(const at::Tensor& input, const at::Tensor& weight, const at::Tensor& bias, double eps,
+                            const LayerNormProblem& p, const at::Tensor& out, const at::Tensor& mean,
+                            const at::Tensor& rstd);
+std::tuple<at::Tensor, at::Tensor, at::Tensor> layer_norm_backward(const at::Tensor& grad_output,
+                                                                   const at::Tensor& input, const at::Tensor& mean,
+                                                                   const at::Tensor& rstd, const at::Tensor& weight,
+                                                                   const LayerNormProblem& p, std::array<bool, 3> mask);
+// Pre-packed linear weights (CPU tensors only): pack_linear_weight returns the weight [N, K] in the
+// layout of shapes.h (linear_pack_columns); fused_linear_relu_packed is fused_linear_relu with it
+// (p from check_fused_linear_relu_packed).
+at::Tensor pack_linear_weight(const at::Tensor& weight);
+at::Tensor fused_linear_relu_packed(const at::Tensor& input, const at::Tensor& packed_weight, const at::Tensor& bias,
+                                    const LinearProblem& p);
 }  // namespace reference
 
 // csrc/sycl/: the SYCL kernels on DPC++ (run-time compiled), CPU / XPU / CUDA tensors.
 namespace sycl_backend {
-  at::Tensor fused_linear_relu(const at::Tensor& input, const at::Tensor& weight, const at::Tensor& bias,
-                               const LinearProblem& p);
-  std::tuple<at::Tensor, at::Tensor, at::Tensor> fused_linear_relu_backward(
-      const at::Tensor& grad_output, const at::Tensor& input, const at::Tensor& weight, const at::Tensor& output,
-      const LinearProblem& p, std::array<bool, 3> mask);
-  at::Tensor conv2d(const at::Tensor& input, const at::Tensor& weight, const at::Tensor& bias, const Conv2dProblem& p);
-  std::tuple<at::Tensor, at::Tensor, at::Tensor> conv2d_backward(const at::Tensor& grad_output, const at::Tensor& input,
-                                                                 const at::Tensor& weight, const Conv2dProblem& p,
-                                                                 std::array<bool, 3> mask);
-  void layer_norm_forward_out(const at::Tensor& input, const at::Tensor& weight, const at::Tensor& bias, double eps,
-                              const LayerNormProblem& p, const at::Tensor& out, const at::Tensor& mean,
-                              const at::Tensor& rstd);
-  std::tuple<at::Tensor, at::Tensor, at::Tensor> layer_norm_backward(
-      const at::Tensor& grad_output, const at::Tensor& input, const at::Tensor& mean, const at::Tensor& rstd,
-      const at::Tensor& weight, const LayerNormProblem& p, std::array<bool, 3> mask);
-  // Pre-packed linear weights (CPU tensors only): pack_linear_weight returns the weight [N, K] in the
-  // layout of shapes.h (linear_pack_columns); fused_linear_relu_packed is fused_linear_relu with it
-  // (p from check_fused_linear_relu_packed).
-  at::Tensor pack_linear_weight(const at::Tensor& weight);
-  at::Tensor fused_linear_relu_packed(const at::Tensor& input, const at::Tensor& packed_weight, const at::Tensor& bias,
-                                      const LinearProblem& p);
-  // at::empty through the SYCL backend's caching host allocator for CPU tensors (csrc/sycl/host_alloc.h).
-  at::Tensor empty(at::IntArrayRef sizes, const at::TensorOptions& opts);
+at::Tensor fused_linear_relu(const at::Tensor& input, const at::Tensor& weight, const at::Tensor& bias,
+                             const LinearProblem& p);
+std::tuple<at::Tensor, at::Tensor, at::Tensor> fused_linear_relu_backward(
+    const at::Tensor& grad_output, const at::Tensor& input, const at::Tensor& weight, const at::Tensor& output,
+    const LinearProblem& p, std::array<bool, 3> mask);
+at::Tensor conv2d(const at::Tensor& input, const at::Tensor& weight, const at::Tensor& bias, const Conv2dProblem& p);
+std::tuple<at::Tensor, at::Tensor, at::Tensor> conv2d_backward(const at::Tensor& grad_output, const at::Tensor& input,
+                                                               const at::Tensor& weight, const Conv2dProblem& p,
+                                                               std::array<bool, 3> mask);
+void layer_norm_forward_out(const at::Tensor& input, const at::Tensor& weight, const at::Tensor& bias, double eps,
+                            const LayerNormProblem& p, const at::Tensor& out, const at::Tensor& mean,
+                            const at::Tensor& rstd);
+std::tuple<at::Tensor, at::Tensor, at::Tensor> layer_norm_backward(const at::Tensor& grad_output,
+                                                                   const at::Tensor& input, const at::Tensor& mean,
+                                                                   const at::Tensor& rstd, const at::Tensor& weight,
+                                                                   const LayerNormProblem& p, std::array<bool, 3> mask);
+// Pre-packed linear weights (CPU tensors only): pack_linear_weight returns the weight [N, K] in the
+// layout of shapes.h (linear_pack_columns); fused_linear_relu_packed is fused_linear_relu with it
+// (p from check_fused_linear_relu_packed).
+at::Tensor pack_linear_weight(const at::Tensor& weight);
+at::Tensor fused_linear_relu_packed(const at::Tensor& input, const at::Tensor& packed_weight, const at::Tensor& bias,
+                                    const LinearProblem& p);
+// at::empty through the SYCL backend's caching host allocator for CPU tensors (csrc/sycl/host_alloc.h).
+at::Tensor empty(at::IntArrayRef sizes, const at::TensorOptions& opts);
 }  // namespace sycl_backend
 
 // csrc/sycl/ host wrappers with AdaptiveCpp's ahead-of-time kernels (the acpp conformance backend), CPU tensors.
 namespace acpp_backend {
-  at::Tensor fused_linear_relu(const at::Tensor& input, const at::Tensor& weight, const at::Tensor& bias,
-                               const LinearProblem& p);
-  std::tuple<at::Tensor, at::Tensor, at::Tensor> fused_linear_relu_backward(
-      const at::Tensor& grad_output, const at::Tensor& input, const at::Tensor& weight, const at::Tensor& output,
-      const LinearProblem& p, std::array<bool, 3> mask);
-  at::Tensor conv2d(const at::Tensor& input, const at::Tensor& weight, const at::Tensor& bias, const Conv2dProblem& p);
-  std::tuple<at::Tensor, at::Tensor, at::Tensor> conv2d_backward(const at::Tensor& grad_output, const at::Tensor& input,
-                                                                 const at::Tensor& weight, const Conv2dProblem& p,
-                                                                 std::array<bool, 3> mask);
-  void layer_norm_forward_out(const at::Tensor& input, const at::Tensor& weight, const at::Tensor& bias, double eps,
-                              const LayerNormProblem& p, const at::Tensor& out, const at::Tensor& mean,
-                              const at::Tensor& rstd);
-  std::tuple<at::Tensor, at::Tensor, at::Tensor> layer_norm_backward(
-      const at::Tensor& grad_output, const at::Tensor& input, const at::Tensor& mean, const at::Tensor& rstd,
-      const at::Tensor& weight, const LayerNormProblem& p, std::array<bool, 3> mask);
-  // Pre-packed linear weights (CPU tensors only): pack_linear_weight returns the weight [N, K] in the
-  // layout of shapes.h (linear_pack_columns); fused_linear_relu_packed is fused_linear_relu with it
-  // (p from check_fused_linear_relu_packed).
-  at::Tensor pack_linear_weight(const at::Tensor& weight);
-  at::Tensor fused_linear_relu_packed(const at::Tensor& input, const at::Tensor& packed_weight, const at::Tensor& bias,
-                                      const LinearProblem& p);
+at::Tensor fused_linear_relu(const at::Tensor& input, const at::Tensor& weight, const at::Tensor& bias,
+                             const LinearProblem& p);
+std::tuple<at::Tensor, at::Tensor, at::Tensor> fused_linear_relu_backward(
+    const at::Tensor& grad_output, const at::Tensor& input, const at::Tensor& weight, const at::Tensor& output,
+    const LinearProblem& p, std::array<bool, 3> mask);
+at::Tensor conv2d(const at::Tensor& input, const at::Tensor& weight, const at::Tensor& bias, const Conv2dProblem& p);
+std::tuple<at::Tensor, at::Tensor, at::Tensor> conv2d_backward(const at::Tensor& grad_output, const at::Tensor& input,
+                                                               const at::Tensor& weight, const Conv2dProblem& p,
+                                                               std::array<bool, 3> mask);
+void layer_norm_forward_out(const at::Tensor& input, const at::Tensor& weight, const at::Tensor& bias, double eps,
+                            const LayerNormProblem& p, const at::Tensor& out, const at::Tensor& mean,
+                            const at::Tensor& rstd);
+std::tuple<at::Tensor, at::Tensor, at::Tensor> layer_norm_backward(const at::Tensor& grad_output,
+                                                                   const at::Tensor& input, const at::Tensor& mean,
+                                                                   const at::Tensor& rstd, const at::Tensor& weight,
+                                                                   const LayerNormProblem& p, std::array<bool, 3> mask);
+// Pre-packed linear weights (CPU tensors only): pack_linear_weight returns the weight [N, K] in the
+// layout of shapes.h (linear_pack_columns); fused_linear_relu_packed is fused_linear_relu with it
+// (p from check_fused_linear_relu_packed).
+at::Tensor pack_linear_weight(const at::Tensor& weight);
+at::Tensor fused_linear_relu_packed(const at::Tensor& input, const at::Tensor& packed_weight, const at::Tensor& bias,
+                                    const LinearProblem& p);
 }  // namespace acpp_backend
 
 // csrc/cuda/: native CUDA kernels, CUDA tensors.
 namespace cuda {
-  at::Tensor fused_linear_relu(const at::Tensor& input, const at::Tensor& weight, const at::Tensor& bias,
-                               const LinearProblem& p);
-  std::tuple<at::Tensor, at::Tensor, at::Tensor> fused_linear_relu_backward(
-      const at::Tensor& grad_output, const at::Tensor& input, const at::Tensor& weight, const at::Tensor& output,
-      const LinearProblem& p, std::array<bool, 3> mask);
-  at::Tensor conv2d(const at::Tensor& input, const at::Tensor& weight, const at::Tensor& bias, const Conv2dProblem& p);
-  std::tuple<at::Tensor, at::Tensor, at::Tensor> conv2d_backward(const at::Tensor& grad_output, const at::Tensor& input,
-                                                                 const at::Tensor& weight, const Conv2dProblem& p,
-                                                                 std::array<bool, 3> mask);
-  void layer_norm_forward_out(const at::Tensor& input, const at::Tensor& weight, const at::Tensor& bias, double eps,
-                              const LayerNormProblem& p, const at::Tensor& out, const at::Tensor& mean,
-                              const at::Tensor& rstd);
-  std::tuple<at::Tensor, at::Tensor, at::Tensor> layer_norm_backward(
-      const at::Tensor& grad_output, const at::Tensor& input, const at::Tensor& mean, const at::Tensor& rstd,
-      const at::Tensor& weight, const LayerNormProblem& p, std::array<bool, 3> mask);
+at::Tensor fused_linear_relu(const at::Tensor& input, const at::Tensor& weight, const at::Tensor& bias,
+                             const LinearProblem& p);
+std::tuple<at::Tensor, at::Tensor, at::Tensor> fused_linear_relu_backward(
+    const at::Tensor& grad_output, const at::Tensor& input, const at::Tensor& weight, const at::Tensor& output,
+    const LinearProblem& p, std::array<bool, 3> mask);
+at::Tensor conv2d(const at::Tensor& input, const at::Tensor& weight, const at::Tensor& bias, const Conv2dProblem& p);
+std::tuple<at::Tensor, at::Tensor, at::Tensor> conv2d_backward(const at::Tensor& grad_output, const at::Tensor& input,
+                                                               const at::Tensor& weight, const Conv2dProblem& p,
+                                                               std::array<bool, 3> mask);
+void layer_norm_forward_out(const at::Tensor& input, const at::Tensor& weight, const at::Tensor& bias, double eps,
+                            const LayerNormProblem& p, const at::Tensor& out, const at::Tensor& mean,
+                            const at::Tensor& rstd);
+std::tuple<at::Tensor, at::Tensor, at::Tensor> layer_norm_backward(const at::Tensor& grad_output,
+                                                                   const at::Tensor& input, const at::Tensor& mean,
+                                                                   const at::Tensor& rstd, const at::Tensor& weight,
+                                                                   const LayerNormProblem& p, std::array<bool, 3> mask);
 }  // namespace cuda
 
 }  // namespace xkernels

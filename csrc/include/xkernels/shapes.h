@@ -5,8 +5,8 @@
 #include <ATen/core/Tensor.h>
 #include <c10/util/ArrayRef.h>
 #include <array>
-#include <tuple>
 #include <optional>
+#include <tuple>
 #include <vector>
 
 #include "xkernels/checks.h"
@@ -44,8 +44,8 @@ struct Conv2dProblem {
   int64_t OH = 0, OW = 0;              // output
   int64_t groups = 1;
   std::array<int64_t, 2> stride{1, 1}, padding{0, 0}, dilation{1, 1};
-  bool batched = true;          // false: 3-D input and output
-  bool channels_last = false;   // output (and preferred compute) memory format, PyTorch's rule
+  bool batched = true;         // false: 3-D input and output
+  bool channels_last = false;  // output (and preferred compute) memory format, PyTorch's rule
   int64_t C_per_group() const { return C / groups; }
   int64_t O_per_group() const { return O / groups; }
   std::vector<int64_t> out_sizes() const {

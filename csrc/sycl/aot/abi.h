@@ -20,8 +20,7 @@ struct xk_aot_kernel {
   // backend). Otherwise `queue` is a sycl::queue* of the library's own SYCL implementation (an icpx-built
   // library used by the DPC++ extension: same libsycl major version, checked at build time): the launch is
   // submitted there and not waited for. Returns 0, or non-zero with a message in err.
-  int (*launch)(const size_t* global, const size_t* local, const void* params, void* queue, char* err,
-                size_t errlen);
+  int (*launch)(const size_t* global, const size_t* local, const void* params, void* queue, char* err, size_t errlen);
 };
 
 struct xk_aot_device {
@@ -33,9 +32,9 @@ struct xk_aot_device {
 };
 
 struct xk_aot_library {
-  int abi_version;         // XK_AOT_ABI_VERSION
+  int abi_version;             // XK_AOT_ABI_VERSION
   const char* implementation;  // e.g. "AdaptiveCpp 24.06.0 (omp.library-only)"
-  const char* flags;       // compile flags of the kernels (the floating-point policy)
+  const char* flags;           // compile flags of the kernels (the floating-point policy)
   size_t count;
   const xk_aot_kernel* kernels;
   xk_aot_device device;

@@ -33,14 +33,18 @@ sycl::queue& queue() {
   return q;
 }
 
-template <int D> sycl::nd_range<D> make_range(const size_t* g, const size_t* l);
-template <> sycl::nd_range<1> make_range<1>(const size_t* g, const size_t* l) {
+template <int D>
+sycl::nd_range<D> make_range(const size_t* g, const size_t* l);
+template <>
+sycl::nd_range<1> make_range<1>(const size_t* g, const size_t* l) {
   return sycl::nd_range<1>(sycl::range<1>(g[0]), sycl::range<1>(l[0]));
 }
-template <> sycl::nd_range<2> make_range<2>(const size_t* g, const size_t* l) {
+template <>
+sycl::nd_range<2> make_range<2>(const size_t* g, const size_t* l) {
   return sycl::nd_range<2>(sycl::range<2>(g[0], g[1]), sycl::range<2>(l[0], l[1]));
 }
-template <> sycl::nd_range<3> make_range<3>(const size_t* g, const size_t* l) {
+template <>
+sycl::nd_range<3> make_range<3>(const size_t* g, const size_t* l) {
   return sycl::nd_range<3>(sycl::range<3>(g[0], g[1], g[2]), sycl::range<3>(l[0], l[1], l[2]));
 }
 
@@ -55,14 +59,13 @@ int launch_one(const size_t* global, const size_t* local, const void* params, vo
     const sycl::nd_range<D> range = make_range<D>(global, local);
     sycl::queue& q = queue_ptr ? *static_cast<sycl::queue*>(queue_ptr) : queue();
     sycl::event done = q.submit([&](sycl::handler& h) {
-          if constexpr (std::is_void_v<L>) {
-            h.parallel_for(range, [=](sycl::nd_item<D> it) { K::template run<T>(xk::item_arg<D>{it}, p); });
-          } else {
-            sycl::local_accessor<L, 1> scratch(sycl::range<1>(1), h);
-            h.parallel_for(range,
-                           [=](sycl::nd_item<D> it) { K::template run<T>(xk::item_arg<D>{it}, p, scratch[0]); });
-          }
-        });
+      if constexpr (std::is_void_v<L>) {
+        h.parallel_for(range, [=](sycl::nd_item<D> it) { K::template run<T>(xk::item_arg<D>{it}, p); });
+      } else {
+        sycl::local_accessor<L, 1> scratch(sycl::range<1>(1), h);
+        h.parallel_for(range, [=](sycl::nd_item<D> it) { K::template run<T>(xk::item_arg<D>{it}, p, scratch[0]); });
+      }
+    });
     if (!queue_ptr) done.wait_and_throw();
     return 0;
   } catch (const std::exception& e) {

@@ -53,14 +53,22 @@ struct bf16 {
 static_assert(sizeof(bf16) == 2 && std::is_trivially_copyable_v<bf16>, "bf16 must be a 2-byte plain struct");
 using half = sycl::half;
 
-template <typename... Ts> struct type_list {};
+template <typename... Ts>
+struct type_list {};
 using float_types = type_list<float, double, half, bf16>;  // every op's element types
 
 // Accumulation type: half and bfloat16 accumulate in float; float in float; double in double
 // (the same mapping as the host's xkernels::acc_t).
-template <typename T> struct acc_type { using type = float; };
-template <> struct acc_type<double> { using type = double; };
-template <typename T> using acc_t = typename acc_type<T>::type;
+template <typename T>
+struct acc_type {
+  using type = float;
+};
+template <>
+struct acc_type<double> {
+  using type = double;
+};
+template <typename T>
+using acc_t = typename acc_type<T>::type;
 
 inline float bf16_bits_to_float(uint16_t b) { return sycl::bit_cast<float>(static_cast<uint32_t>(b) << 16); }
 inline uint16_t float_to_bf16_bits(float f) {
@@ -71,32 +79,57 @@ inline uint16_t float_to_bf16_bits(float f) {
 }
 
 // Element <-> accumulation type conversions.
-template <typename T> inline acc_t<T> to_acc(T v) { return static_cast<acc_t<T>>(v); }
-template <> inline float to_acc<bf16>(bf16 v) { return bf16_bits_to_float(v.bits); }
-template <typename T> inline T from_acc(acc_t<T> v) { return static_cast<T>(v); }
-template <> inline bf16 from_acc<bf16>(float v) { return bf16{float_to_bf16_bits(v)}; }
+template <typename T>
+inline acc_t<T> to_acc(T v) {
+  return static_cast<acc_t<T>>(v);
+}
+template <>
+inline float to_acc<bf16>(bf16 v) {
+  return bf16_bits_to_float(v.bits);
+}
+template <typename T>
+inline T from_acc(acc_t<T> v) {
+  return static_cast<T>(v);
+}
+template <>
+inline bf16 from_acc<bf16>(float v) {
+  return bf16{float_to_bf16_bits(v)};
+}
 
 // p[i] as the accumulation type / p[i] = v converted to T.
-template <typename T> inline acc_t<T> load(const T* p, int64_t i) { return to_acc<T>(p[i]); }
-template <typename T> inline void store(T* p, int64_t i, acc_t<T> v) { p[i] = from_acc<T>(v); }
+template <typename T>
+inline acc_t<T> load(const T* p, int64_t i) {
+  return to_acc<T>(p[i]);
+}
+template <typename T>
+inline void store(T* p, int64_t i, acc_t<T> v) {
+  p[i] = from_acc<T>(v);
+}
 
 // ------------------------------------------------------------------ the calling work-item
 // What a body receives as its first argument; item(ia) is the body's first line.
 #ifdef XK_RTC
-template <int D> struct item_arg {};
-template <int D> inline sycl::nd_item<D> item(item_arg<D>) {
+template <int D>
+struct item_arg {};
+template <int D>
+inline sycl::nd_item<D> item(item_arg<D>) {
   return sycl::ext::oneapi::this_work_item::get_nd_item<D>();
 }
 #else
-template <int D> struct item_arg {
+template <int D>
+struct item_arg {
   sycl::nd_item<D> it;
 };
-template <int D> inline sycl::nd_item<D> item(item_arg<D> ia) { return ia.it; }
+template <int D>
+inline sycl::nd_item<D> item(item_arg<D> ia) {
+  return ia.it;
+}
 #endif
 
 // ------------------------------------------------------------------ reductions
 // Sum over the sub-group (every lane gets the result).
-template <typename A> inline A sub_group_sum(const sycl::sub_group& sg, A v) {
+template <typename A>
+inline A sub_group_sum(const sycl::sub_group& sg, A v) {
   return sycl::reduce_over_group(sg, v, sycl::plus<A>());
 }
 
@@ -104,7 +137,8 @@ template <typename A> inline A sub_group_sum(const sycl::sub_group& sg, A v) {
 // work-groups to one sub-group (required size S), so the sub-group reduction is the whole work-group's;
 // elsewhere (AdaptiveCpp's CPU sub-groups are 1 wide, CUDA's warps 32) the work-group can hold several
 // sub-groups, so it reduces over the work-group. Every work-item of the group must call it.
-template <int D, typename A> inline A lanes_sum(const sycl::nd_item<D>& it, A v) {
+template <int D, typename A>
+inline A lanes_sum(const sycl::nd_item<D>& it, A v) {
 #ifdef XK_RTC
   return sycl::reduce_over_group(it.get_sub_group(), v, sycl::plus<A>());
 #else
@@ -113,38 +147,63 @@ template <int D, typename A> inline A lanes_sum(const sycl::nd_item<D>& it, A v)
 }
 
 // ------------------------------------------------------------------ tables
-template <typename... Ks> struct kernel_list {};
+template <typename... Ks>
+struct kernel_list {};
 
 // kernel_list concatenation.
-template <typename... Ls> struct concat;
-template <typename... A> struct concat<kernel_list<A...>> { using type = kernel_list<A...>; };
+template <typename... Ls>
+struct concat;
+template <typename... A>
+struct concat<kernel_list<A...>> {
+  using type = kernel_list<A...>;
+};
 template <typename... A, typename... B, typename... Rest>
 struct concat<kernel_list<A...>, kernel_list<B...>, Rest...> {
   using type = typename concat<kernel_list<A..., B...>, Rest...>::type;
 };
-template <typename... Ls> using concat_t = typename concat<Ls...>::type;
+template <typename... Ls>
+using concat_t = typename concat<Ls...>::type;
 
 // Element types of kernels whose lanes are a template parameter S (lane-per-SIMD-lane kernels): the
 // host launches width 16 for 4- and 2-byte types and 8 for double where the device has those
 // sub-group sizes (one 512-bit vector), else 32 for every type (lanes_for in kernel_table.h).
-template <int S> struct lane_types_of { using type = type_list<>; };
-template <> struct lane_types_of<8> { using type = type_list<double>; };
-template <> struct lane_types_of<16> { using type = type_list<float, half, bf16>; };
-template <> struct lane_types_of<32> { using type = float_types; };
-template <int S> using lane_types = typename lane_types_of<S>::type;
+template <int S>
+struct lane_types_of {
+  using type = type_list<>;
+};
+template <>
+struct lane_types_of<8> {
+  using type = type_list<double>;
+};
+template <>
+struct lane_types_of<16> {
+  using type = type_list<float, half, bf16>;
+};
+template <>
+struct lane_types_of<32> {
+  using type = float_types;
+};
+template <int S>
+using lane_types = typename lane_types_of<S>::type;
 
 // Is T one of the list's types?
-template <typename L, typename T> struct has_type;
-template <typename... Ts, typename T> struct has_type<type_list<Ts...>, T> {
+template <typename L, typename T>
+struct has_type;
+template <typename... Ts, typename T>
+struct has_type<type_list<Ts...>, T> {
   static constexpr bool value = (std::is_same_v<Ts, T> || ...);
 };
 
 // Descriptor defaults: a row may leave these out.
-template <typename K, typename = void> struct sub_group_of : std::integral_constant<int, 0> {};
+template <typename K, typename = void>
+struct sub_group_of : std::integral_constant<int, 0> {};
 template <typename K>
 struct sub_group_of<K, std::void_t<decltype(K::sub_group)>> : std::integral_constant<int, K::sub_group> {};
 
-template <typename K, typename T, typename = void> struct local_of { using type = void; };
+template <typename K, typename T, typename = void>
+struct local_of {
+  using type = void;
+};
 template <typename K, typename T>
 struct local_of<K, T, std::void_t<typename K::template local_t<T>>> {
   using type = typename K::template local_t<T>;

@@ -38,7 +38,8 @@
 namespace xk {
 
 // ------------------------------------------------------------------ the table (kernel descriptors)
-template <typename T> struct conv2d_igemm_params {
+template <typename T>
+struct conv2d_igemm_params {
   const T* src;
   const T* wpk;
   const T* bias;
@@ -53,11 +54,14 @@ struct conv2d_igemm {
   static constexpr int dims = 1;
   static constexpr int sub_group = S;
   using types = lane_types<S>;
-  template <typename T> using params = conv2d_igemm_params<T>;
-  template <typename T> static void run(item_arg<1> ia, const params<T>& p);
+  template <typename T>
+  using params = conv2d_igemm_params<T>;
+  template <typename T>
+  static void run(item_arg<1> ia, const params<T>& p);
 };
 
-template <typename T> struct conv2d_igemm_groups_params {
+template <typename T>
+struct conv2d_igemm_groups_params {
   const T* src;
   const T* wpk;
   const T* bias;
@@ -72,11 +76,14 @@ struct conv2d_igemm_groups {
   static constexpr int dims = 1;
   static constexpr int sub_group = S;
   using types = lane_types<S>;
-  template <typename T> using params = conv2d_igemm_groups_params<T>;
-  template <typename T> static void run(item_arg<1> ia, const params<T>& p);
+  template <typename T>
+  using params = conv2d_igemm_groups_params<T>;
+  template <typename T>
+  static void run(item_arg<1> ia, const params<T>& p);
 };
 
-template <typename T> struct conv2d_grad_weight_params {
+template <typename T>
+struct conv2d_grad_weight_params {
   const T* go;
   const T* x;
   acc_t<T>* part;
@@ -87,11 +94,14 @@ struct conv2d_grad_weight {
   static constexpr int dims = 1;
   static constexpr int sub_group = S;
   using types = lane_types<S>;
-  template <typename T> using params = conv2d_grad_weight_params<T>;
-  template <typename T> static void run(item_arg<1> ia, const params<T>& p);
+  template <typename T>
+  using params = conv2d_grad_weight_params<T>;
+  template <typename T>
+  static void run(item_arg<1> ia, const params<T>& p);
 };
 
-template <typename T> struct conv2d_grad_weight_groups_params {
+template <typename T>
+struct conv2d_grad_weight_groups_params {
   const T* go;
   const T* x;
   acc_t<T>* part;
@@ -102,11 +112,14 @@ struct conv2d_grad_weight_groups {
   static constexpr int dims = 1;
   static constexpr int sub_group = S;
   using types = lane_types<S>;
-  template <typename T> using params = conv2d_grad_weight_groups_params<T>;
-  template <typename T> static void run(item_arg<1> ia, const params<T>& p);
+  template <typename T>
+  using params = conv2d_grad_weight_groups_params<T>;
+  template <typename T>
+  static void run(item_arg<1> ia, const params<T>& p);
 };
 
-template <typename T> struct conv2d_grad_bias_params {
+template <typename T>
+struct conv2d_grad_bias_params {
   const T* go;
   acc_t<T>* part;
   int64_t N, O, OH, OW, sN, sC, sH, sW, O_pad, splits;
@@ -116,11 +129,14 @@ struct conv2d_grad_bias {
   static constexpr int dims = 1;
   static constexpr int sub_group = S;
   using types = lane_types<S>;
-  template <typename T> using params = conv2d_grad_bias_params<T>;
-  template <typename T> static void run(item_arg<1> ia, const params<T>& p);
+  template <typename T>
+  using params = conv2d_grad_bias_params<T>;
+  template <typename T>
+  static void run(item_arg<1> ia, const params<T>& p);
 };
 
-template <typename T> struct conv2d_reduce_splits_params {
+template <typename T>
+struct conv2d_reduce_splits_params {
   const acc_t<T>* part;
   T* dst;
   int64_t total, splits, part_stride, G, Opg, Opg_pad, Cpg, KH, KW;
@@ -129,8 +145,10 @@ template <typename T> struct conv2d_reduce_splits_params {
 struct conv2d_reduce_splits {
   static constexpr int dims = 1;
   using types = float_types;
-  template <typename T> using params = conv2d_reduce_splits_params<T>;
-  template <typename T> static void run(item_arg<1> ia, const params<T>& p);
+  template <typename T>
+  using params = conv2d_reduce_splits_params<T>;
+  template <typename T>
+  static void run(item_arg<1> ia, const params<T>& p);
 };
 
 // ------------------------------------------------------------------ shared by the destination-pixel GEMMs
@@ -143,7 +161,7 @@ inline void tile_pixels(int64_t m0, int64_t M, int64_t Hd, int64_t Wd, int64_t (
   int64_t n = m0 / HWd;
   const int64_t rem = m0 - n * HWd;
   int64_t y = rem / Wd, x = rem - y * Wd;
-XK_UNROLL
+  XK_UNROLL
   for (int r = 0; r < R; ++r) {
     pn[r] = n;
     py[r] = y;
@@ -177,8 +195,7 @@ inline bool source_tap(int32_t transposed, int64_t y, int64_t x, int64_t kh, int
 
 // Element offset of destination pixel m = (n, y, x), channel ch, in dst [N, Cd, Hd, Wd] (DST_CL: channels_last).
 template <bool DST_CL>
-inline int64_t dst_offset(int64_t m, int64_t n, int64_t ch, int64_t y, int64_t x, int64_t Cd, int64_t HWd,
-                          int64_t Wd) {
+inline int64_t dst_offset(int64_t m, int64_t n, int64_t ch, int64_t y, int64_t x, int64_t Cd, int64_t HWd, int64_t Wd) {
   return DST_CL ? m * Cd + ch : (n * Cd + ch) * HWd + y * Wd + x;
 }
 
@@ -261,10 +278,9 @@ void conv2d_igemm<DST_CL, S, R, Q>::run(item_arg<1> ia, const params<T>& p) {
     tile_pixels<R>(m0, M, Hd, Wd, pn, py, px);
 
     A acc[R][Q];
-XK_UNROLL
-    for (int r = 0; r < R; ++r)
-XK_UNROLL
-      for (int q = 0; q < Q; ++q) acc[r][q] = A(0);
+    XK_UNROLL
+    for (int r = 0; r < R; ++r) XK_UNROLL
+    for (int q = 0; q < Q; ++q) acc[r][q] = A(0);
 
     const T* wg = wpk + g * KH * KW * Csg * Cd_pad + ct * (S * Q) + lane;
     for (int64_t kh = 0; kh < KH; ++kh) {
@@ -277,7 +293,7 @@ XK_UNROLL
         // backward: a NaN/Inf weight must not turn 0 * w into NaN there). The forward keeps
         // multiplying padding by the weight: PyTorch's forward makes those outputs NaN too.
         bool skip[R];
-XK_UNROLL
+        XK_UNROLL
         for (int r = 0; r < R; ++r) {
           int64_t sy, sx;
           const bool valid = source_tap(transposed, py[r], px[r], kh, kw, Hs, Ws, sh, sw, ph, pw, dh, dw, sy, sx);
@@ -288,13 +304,13 @@ XK_UNROLL
         const T* wk = wg + (kh * KW + kw) * Csg * Cd_pad;
         for (int64_t i = 0; i < Csg; ++i) {
           A w[Q];
-XK_UNROLL
+          XK_UNROLL
           for (int q = 0; q < Q; ++q) w[q] = load<T>(wk, i * Cd_pad + q * S);
-XK_UNROLL
+          XK_UNROLL
           for (int r = 0; r < R; ++r) {
             if (skip[r]) continue;  // uniform across the sub-group: no divergence
             const A a = load<T>(sp[r], i * cs[r]);
-XK_UNROLL
+            XK_UNROLL
             for (int q = 0; q < Q; ++q) acc[r][q] = sycl::fma(a, w[q], acc[r][q]);
           }
         }
@@ -302,13 +318,13 @@ XK_UNROLL
     }
 
     // Epilogue: bias, convert, store the valid pixels and channels.
-XK_UNROLL
+    XK_UNROLL
     for (int q = 0; q < Q; ++q) {
       const int64_t j = ct * (S * Q) + q * S + lane;
       if (j < Cdg) {
         const int64_t ch = g * Cdg + j;
         const A b = bias != nullptr ? load<T>(bias, ch) : A(0);
-XK_UNROLL
+        XK_UNROLL
         for (int r = 0; r < R; ++r) {
           if (m0 + r < M) {
             const int64_t o = dst_offset<DST_CL>(m0 + r, pn[r], ch, py[r], px[r], Cd, HWd, Wd);
@@ -381,7 +397,7 @@ void conv2d_igemm_groups<DST_CL, S, R>::run(item_arg<1> ia, const params<T>& p) 
     tile_pixels<R>(m0, M, Hd, Wd, pn, py, px);
 
     A acc[R];
-XK_UNROLL
+    XK_UNROLL
     for (int r = 0; r < R; ++r) acc[r] = A(0);
 
     const T* lane_src = src + g * Csg * sC;  // this lane's group, source channel 0
@@ -390,7 +406,7 @@ XK_UNROLL
         // Pixel offset of each destination pixel at this tap (0 when outside: read, then dropped).
         int64_t off[R];
         bool ok[R];
-XK_UNROLL
+        XK_UNROLL
         for (int r = 0; r < R; ++r) {
           int64_t sy, sx;
           const bool valid = source_tap(transposed, py[r], px[r], kh, kw, Hs, Ws, sh, sw, ph, pw, dh, dw, sy, sx);
@@ -400,7 +416,7 @@ XK_UNROLL
         const T* wk = wpk + ((kh * KW + kw) * Csg * Cdg + j) * G_pad + g;
         for (int64_t i = 0; i < Csg; ++i) {
           const A w = load<T>(wk, i * Cdg * G_pad);
-XK_UNROLL
+          XK_UNROLL
           for (int r = 0; r < R; ++r) {
             if (transposed && !ok[r]) continue;  // grad_input: taps outside grad_output add nothing
             A v = A(0);
@@ -415,7 +431,7 @@ XK_UNROLL
     if (gin) {
       const int64_t ch = g * Cdg + j;
       const A b = bias != nullptr ? load<T>(bias, ch) : A(0);
-XK_UNROLL
+      XK_UNROLL
       for (int r = 0; r < R; ++r) {
         if (m0 + r < M) {
           const int64_t o = dst_offset<DST_CL>(m0 + r, pn[r], ch, py[r], px[r], Cd, HWd, Wd);
@@ -490,10 +506,10 @@ void conv2d_grad_weight<S, R, Q>::run(item_arg<1> ia, const params<T>& p) {
   // Input channels past Cpg (last block) re-read channel c0 and their sums are not stored,
   // so the loads need no condition; output-channel lanes past Opg load masked (zero).
   int64_t xoff[R];
-XK_UNROLL
+  XK_UNROLL
   for (int r = 0; r < R; ++r) xoff[r] = ((c0 + r < Cpg) ? r : 0) * sC;
   bool oin[Q];
-XK_UNROLL
+  XK_UNROLL
   for (int q = 0; q < Q; ++q) oin[q] = o0 + q * S < Opg;
 
   // Output columns whose input column ix = ox*sw - pw + kw*dw is inside [0, W): [ox_lo, ox_hi).
@@ -503,10 +519,9 @@ XK_UNROLL
   const int64_t ox_hi = ox_hi_raw < OW ? ox_hi_raw : OW;
 
   A acc[R][Q];
-XK_UNROLL
-  for (int r = 0; r < R; ++r)
-XK_UNROLL
-    for (int q = 0; q < Q; ++q) acc[r][q] = A(0);
+  XK_UNROLL
+  for (int r = 0; r < R; ++r) XK_UNROLL
+  for (int q = 0; q < Q; ++q) acc[r][q] = A(0);
 
   // Walk the split's pixels row by row: (n, oy) rows, the valid column range of each.
   for (int64_t row = mb / OW; row * OW < me; ++row) {
@@ -522,22 +537,22 @@ XK_UNROLL
     const int64_t xstep = sw * sW;
     for (int64_t ox = lo0; ox < hi0; ++ox, gp += O, xp += xstep) {
       A gv[Q];
-XK_UNROLL
+      XK_UNROLL
       for (int q = 0; q < Q; ++q) gv[q] = oin[q] ? load<T>(gp, q * S) : A(0);
-XK_UNROLL
+      XK_UNROLL
       for (int r = 0; r < R; ++r) {
         const A a = load<T>(xp, xoff[r]);
-XK_UNROLL
+        XK_UNROLL
         for (int q = 0; q < Q; ++q) acc[r][q] = sycl::fma(gv[q], a, acc[r][q]);
       }
     }
   }
 
   A* pp = part + ((((s * G + g) * KH + kh) * KW + kw) * Cpg + c0) * Opg_pad + o0;
-XK_UNROLL
+  XK_UNROLL
   for (int r = 0; r < R; ++r) {
     if (c0 + r < Cpg) {
-XK_UNROLL
+      XK_UNROLL
       for (int q = 0; q < Q; ++q) pp[r * Opg_pad + q * S] = acc[r][q];
     }
   }
@@ -607,7 +622,7 @@ void conv2d_grad_weight_groups<S, R>::run(item_arg<1> ia, const params<T>& p) {
 
   // Taps of this block (past the last tap: repeat tap t0, never stored).
   int64_t tkh[R], tkw[R];
-XK_UNROLL
+  XK_UNROLL
   for (int r = 0; r < R; ++r) {
     const int64_t t = (t0 + r < T_taps) ? t0 + r : t0;
     tkh[r] = t / KW;
@@ -615,7 +630,7 @@ XK_UNROLL
   }
 
   A acc[R];
-XK_UNROLL
+  XK_UNROLL
   for (int r = 0; r < R; ++r) acc[r] = A(0);
 
   const T* lane_go = go + (g * Opg + o) * gC;
@@ -627,7 +642,7 @@ XK_UNROLL
     for (int64_t m = mb; m < me; ++m) {
       A gv = A(0);
       if (gin) gv = load<T>(lane_go, n * gN + oy * gH + ox * gW);
-XK_UNROLL
+      XK_UNROLL
       for (int r = 0; r < R; ++r) {
         const int64_t iy = oy * sh - ph + tkh[r] * dh, ix = ox * sw - pw + tkw[r] * dw;
         const bool ok = iy >= 0 && iy < H && ix >= 0 && ix < W;
@@ -646,7 +661,7 @@ XK_UNROLL
   }
 
   if (gin) {
-XK_UNROLL
+    XK_UNROLL
     for (int r = 0; r < R; ++r) {
       if (t0 + r < T_taps) {
         const int64_t kh = tkh[r], kw = tkw[r];
@@ -762,8 +777,7 @@ using conv2d_lane_kernels =
                 conv2d_igemm<false, S, 8, 1>, conv2d_igemm_groups<true, S, 8>, conv2d_igemm_groups<false, S, 8>,
                 conv2d_grad_weight<S, 6, 4>, conv2d_grad_weight<S, 8, 1>, conv2d_grad_weight_groups<S, 9>,
                 conv2d_grad_bias<S>>;
-using conv2d_kernels =
-    concat_t<conv2d_lane_kernels<16>, conv2d_lane_kernels<8>, conv2d_lane_kernels<32>, kernel_list<conv2d_reduce_splits>>;
+using conv2d_kernels = concat_t<conv2d_lane_kernels<16>, conv2d_lane_kernels<8>, conv2d_lane_kernels<32>,
+                                kernel_list<conv2d_reduce_splits>>;
 
 }  // namespace xk
-

@@ -39,14 +39,16 @@ namespace xk {
 // CPU register blocking. 16 lanes = one AVX-512 vector of fp32; 6x4 fp32 accumulator vectors +
 // 4 B vectors + 1 broadcast = 29 of 32 vector registers. fp64 needs two registers per 16 lanes,
 // so it keeps 6x2 accumulator vectors (24 registers).
-template <typename T> struct PanelTile {
+template <typename T>
+struct PanelTile {
   static constexpr int kSubGroup = 16;
   static constexpr int kRows = 6;
   static constexpr int kColVecs = 4;
   static constexpr int kCols = kSubGroup * kColVecs;
   static constexpr int kRowTilesPerGroup = 8;  // rows per work-group = 48: B block reuse across rows
 };
-template <> struct PanelTile<double> {
+template <>
+struct PanelTile<double> {
   static constexpr int kSubGroup = 16;
   static constexpr int kRows = 6;
   static constexpr int kColVecs = 2;
@@ -57,12 +59,14 @@ template <> struct PanelTile<double> {
 inline constexpr int64_t kPanelKBlock = 512;
 
 // Dot kernel: 4x4 accumulators (16 vectors) + 4 + 4 loaded vectors; fp64 2x4 (two registers each).
-template <typename T> struct DotTile {
+template <typename T>
+struct DotTile {
   static constexpr int kSubGroup = 16;
   static constexpr int kRows = 4;
   static constexpr int kCols = 4;
 };
-template <> struct DotTile<double> {
+template <>
+struct DotTile<double> {
   static constexpr int kSubGroup = 16;
   static constexpr int kRows = 2;
   static constexpr int kCols = 4;
@@ -79,7 +83,8 @@ struct TiledTile {
 };
 
 // ------------------------------------------------------------------ the table (kernel descriptors)
-template <typename T> struct linear_gemm_panel_params {
+template <typename T>
+struct linear_gemm_panel_params {
   const T* A;
   int64_t a_rs, a_ks;
   const T* B;
@@ -95,11 +100,14 @@ struct linear_gemm_panel {
   static constexpr int dims = 1;
   static constexpr int sub_group = 16;
   using types = float_types;
-  template <typename T> using params = linear_gemm_panel_params<T>;
-  template <typename T> static void run(item_arg<1> ia, const params<T>& p);
+  template <typename T>
+  using params = linear_gemm_panel_params<T>;
+  template <typename T>
+  static void run(item_arg<1> ia, const params<T>& p);
 };
 
-template <typename T> struct linear_pack_panels_params {
+template <typename T>
+struct linear_pack_panels_params {
   const T* B;
   int64_t b_ks, b_ns;
   T* packed;
@@ -109,11 +117,14 @@ struct linear_pack_panels {
   static constexpr int dims = 1;
   static constexpr int sub_group = 16;
   using types = float_types;
-  template <typename T> using params = linear_pack_panels_params<T>;
-  template <typename T> static void run(item_arg<1> ia, const params<T>& p);
+  template <typename T>
+  using params = linear_pack_panels_params<T>;
+  template <typename T>
+  static void run(item_arg<1> ia, const params<T>& p);
 };
 
-template <typename T> struct linear_gemm_dot_params {
+template <typename T>
+struct linear_gemm_dot_params {
   const T* A;
   int64_t lda;
   const T* Bt;
@@ -127,11 +138,14 @@ struct linear_gemm_dot {
   static constexpr int dims = 1;
   static constexpr int sub_group = 16;
   using types = float_types;
-  template <typename T> using params = linear_gemm_dot_params<T>;
-  template <typename T> static void run(item_arg<1> ia, const params<T>& p);
+  template <typename T>
+  using params = linear_gemm_dot_params<T>;
+  template <typename T>
+  static void run(item_arg<1> ia, const params<T>& p);
 };
 
-template <typename T> struct linear_gemm_tiled_params {
+template <typename T>
+struct linear_gemm_tiled_params {
   const T* A;
   int64_t a_rs, a_ks;
   const T* B;
@@ -144,16 +158,20 @@ template <bool BIAS, bool RELU>
 struct linear_gemm_tiled {
   static constexpr int dims = 2;
   using types = float_types;
-  template <typename T> using params = linear_gemm_tiled_params<T>;
+  template <typename T>
+  using params = linear_gemm_tiled_params<T>;
   // The A and B K-slices staged in work-group local memory.
-  template <typename T> struct local_t {
+  template <typename T>
+  struct local_t {
     acc_t<T> a[TiledTile::kKSlice][TiledTile::kTile];
     acc_t<T> b[TiledTile::kKSlice][TiledTile::kTile];
   };
-  template <typename T> static void run(item_arg<2> ia, const params<T>& p, local_t<T>& scratch);
+  template <typename T>
+  static void run(item_arg<2> ia, const params<T>& p, local_t<T>& scratch);
 };
 
-template <typename T> struct linear_relu_grad_params {
+template <typename T>
+struct linear_relu_grad_params {
   const T* grad_output;
   const T* output;
   T* grad_pre;
@@ -164,11 +182,14 @@ template <bool COLSUM>
 struct linear_relu_grad {
   static constexpr int dims = 2;
   using types = float_types;
-  template <typename T> using params = linear_relu_grad_params<T>;
-  template <typename T> static void run(item_arg<2> ia, const params<T>& p);
+  template <typename T>
+  using params = linear_relu_grad_params<T>;
+  template <typename T>
+  static void run(item_arg<2> ia, const params<T>& p);
 };
 
-template <typename T> struct linear_column_sum_params {
+template <typename T>
+struct linear_column_sum_params {
   const acc_t<T>* partial;
   T* out;
   int64_t R, N;
@@ -176,20 +197,25 @@ template <typename T> struct linear_column_sum_params {
 struct linear_column_sum {
   static constexpr int dims = 1;
   using types = float_types;
-  template <typename T> using params = linear_column_sum_params<T>;
-  template <typename T> static void run(item_arg<1> ia, const params<T>& p);
+  template <typename T>
+  using params = linear_column_sum_params<T>;
+  template <typename T>
+  static void run(item_arg<1> ia, const params<T>& p);
 };
 
 // ------------------------------------------------------------------ CPU: register-blocked panel
 namespace linear_detail {
 
-template <typename T> inline acc_t<T> ld(const T* p) { return to_acc<T>(*p); }
+template <typename T>
+inline acc_t<T> ld(const T* p) {
+  return to_acc<T>(*p);
+}
 
 // One kRows x kCols tile at rows m0.., columns n0.., K range [k0, k1). MASK_N: the tile overhangs N.
 template <typename T, bool BIAS, bool RELU, bool MASK_N>
 inline void panel_tile(const T* A, int64_t a_rs, int64_t a_ks, const T* Bp, int64_t ldb, const T* bias, T* C,
-                       int64_t ldc, acc_t<T>* partial, int64_t M, int64_t N, int64_t m0, int64_t n0,
-                       int64_t k0, int64_t k1, bool first, bool last, int lane) {
+                       int64_t ldc, acc_t<T>* partial, int64_t M, int64_t N, int64_t m0, int64_t n0, int64_t k0,
+                       int64_t k1, bool first, bool last, int lane) {
   using acc = acc_t<T>;
   using G = PanelTile<T>;
   constexpr int R = G::kRows, V = G::kColVecs, S = G::kSubGroup;
@@ -202,12 +228,11 @@ inline void panel_tile(const T* A, int64_t a_rs, int64_t a_ks, const T* Bp, int6
 
   acc c[R][V];
   XK_UNROLL
-  for (int i = 0; i < R; ++i)
-    XK_UNROLL
-    for (int j = 0; j < V; ++j) {
-      c[i][j] = acc(0);
-      if (!first && col_ok[j]) c[i][j] = partial[row[i] * ldc + n0 + j * S + lane];
-    }
+  for (int i = 0; i < R; ++i) XK_UNROLL
+  for (int j = 0; j < V; ++j) {
+    c[i][j] = acc(0);
+    if (!first && col_ok[j]) c[i][j] = partial[row[i] * ldc + n0 + j * S + lane];
+  }
 
   for (int64_t k = k0; k < k1; ++k) {
     const T* b_row = Bp + k * ldb + lane;
@@ -280,11 +305,11 @@ void linear_gemm_panel<BIAS, RELU>::run(item_arg<1> ia, const params<T>& p) {
     const bool first = k0 == 0, last = k1 == K;
     for (int64_t m0 = row_begin; m0 < row_end; m0 += G::kRows) {
       if (full_n)
-        linear_detail::panel_tile<T, BIAS, RELU, false>(A, a_rs, a_ks, Bp, ldb, bias, C, ldc, partial, M, N, m0, n0,
-                                                        k0, k1, first, last, lane);
+        linear_detail::panel_tile<T, BIAS, RELU, false>(A, a_rs, a_ks, Bp, ldb, bias, C, ldc, partial, M, N, m0, n0, k0,
+                                                        k1, first, last, lane);
       else
-        linear_detail::panel_tile<T, BIAS, RELU, true>(A, a_rs, a_ks, Bp, ldb, bias, C, ldc, partial, M, N, m0, n0,
-                                                       k0, k1, first, last, lane);
+        linear_detail::panel_tile<T, BIAS, RELU, true>(A, a_rs, a_ks, Bp, ldb, bias, C, ldc, partial, M, N, m0, n0, k0,
+                                                       k1, first, last, lane);
     }
   }
 }
@@ -320,14 +345,12 @@ void linear_pack_panels::run(item_arg<1> ia, const params<T>& p) {
   T* dst = packed + panel * K * G::kCols + lane;
   if (b_ns == 1) {
     const T* src = B + n0 + lane;
-    for (int64_t k = k0; k < k1; ++k)
-      XK_UNROLL
-      for (int j = 0; j < V; ++j) dst[k * G::kCols + j * S] = ok[j] ? src[k * b_ks + j * S] : zero;
+    for (int64_t k = k0; k < k1; ++k) XK_UNROLL
+    for (int j = 0; j < V; ++j) dst[k * G::kCols + j * S] = ok[j] ? src[k * b_ks + j * S] : zero;
   } else {
     const T* src = B + (n0 + lane) * b_ns;
-    for (int64_t k = k0; k < k1; ++k)
-      XK_UNROLL
-      for (int j = 0; j < V; ++j) dst[k * G::kCols + j * S] = ok[j] ? src[k * b_ks + j * S * b_ns] : zero;
+    for (int64_t k = k0; k < k1; ++k) XK_UNROLL
+    for (int j = 0; j < V; ++j) dst[k * G::kCols + j * S] = ok[j] ? src[k * b_ks + j * S * b_ns] : zero;
   }
 }
 
@@ -364,9 +387,8 @@ void linear_gemm_dot<BIAS, RELU>::run(item_arg<1> ia, const params<T>& p) {
 
   acc c[R][Q];
   XK_UNROLL
-  for (int i = 0; i < R; ++i)
-    XK_UNROLL
-    for (int j = 0; j < Q; ++j) c[i][j] = acc(0);
+  for (int i = 0; i < R; ++i) XK_UNROLL
+  for (int j = 0; j < Q; ++j) c[i][j] = acc(0);
 
   const int64_t k_full = K - K % S;
   for (int64_t k0 = 0; k0 < k_full; k0 += S) {
@@ -376,9 +398,8 @@ void linear_gemm_dot<BIAS, RELU>::run(item_arg<1> ia, const params<T>& p) {
     XK_UNROLL
     for (int j = 0; j < Q; ++j) b[j] = linear_detail::ld(Bt + col[j] * ldb + k0 + lane);
     XK_UNROLL
-    for (int i = 0; i < R; ++i)
-      XK_UNROLL
-      for (int j = 0; j < Q; ++j) c[i][j] = sycl::fma(a[i], b[j], c[i][j]);
+    for (int i = 0; i < R; ++i) XK_UNROLL
+    for (int j = 0; j < Q; ++j) c[i][j] = sycl::fma(a[i], b[j], c[i][j]);
   }
   if (k_full < K) {
     const bool ok = k_full + lane < K;
@@ -388,20 +409,18 @@ void linear_gemm_dot<BIAS, RELU>::run(item_arg<1> ia, const params<T>& p) {
     XK_UNROLL
     for (int j = 0; j < Q; ++j) b[j] = ok ? linear_detail::ld(Bt + col[j] * ldb + k_full + lane) : acc(0);
     XK_UNROLL
-    for (int i = 0; i < R; ++i)
-      XK_UNROLL
-      for (int j = 0; j < Q; ++j) c[i][j] = sycl::fma(a[i], b[j], c[i][j]);
+    for (int i = 0; i < R; ++i) XK_UNROLL
+    for (int j = 0; j < Q; ++j) c[i][j] = sycl::fma(a[i], b[j], c[i][j]);
   }
 
   XK_UNROLL
-  for (int i = 0; i < R; ++i)
-    XK_UNROLL
-    for (int j = 0; j < Q; ++j) {
-      acc v = lanes_sum(it, c[i][j]);  // the work-group's 16 lanes (one sub-group under DPC++)
-      if constexpr (BIAS) v = v + linear_detail::ld(bias + col[j]);
-      if constexpr (RELU) v = v < acc(0) ? acc(0) : v;
-      if (lane == 0 && m0 + i < M && n0 + j < N) C[row[i] * ldc + col[j]] = from_acc<T>(v);
-    }
+  for (int i = 0; i < R; ++i) XK_UNROLL
+  for (int j = 0; j < Q; ++j) {
+    acc v = lanes_sum(it, c[i][j]);  // the work-group's 16 lanes (one sub-group under DPC++)
+    if constexpr (BIAS) v = v + linear_detail::ld(bias + col[j]);
+    if constexpr (RELU) v = v < acc(0) ? acc(0) : v;
+    if (lane == 0 && m0 + i < M && n0 + j < N) C[row[i] * ldc + col[j]] = from_acc<T>(v);
+  }
 }
 
 // ------------------------------------------------------------------ GPU: local-memory tiles
@@ -436,9 +455,8 @@ void linear_gemm_tiled<BIAS, RELU>::run(item_arg<2> ia, const params<T>& p, loca
 
   acc c[P][P];
   XK_UNROLL
-  for (int i = 0; i < P; ++i)
-    XK_UNROLL
-    for (int j = 0; j < P; ++j) c[i][j] = acc(0);
+  for (int i = 0; i < P; ++i) XK_UNROLL
+  for (int j = 0; j < P; ++j) c[i][j] = acc(0);
 
   for (int64_t k0 = 0; k0 < K; k0 += KS) {
     // Each of the 256 work-items stages 4 elements of each tile (64 x 16 values).
@@ -461,9 +479,8 @@ void linear_gemm_tiled<BIAS, RELU>::run(item_arg<2> ia, const params<T>& p, loca
       XK_UNROLL
       for (int j = 0; j < P; ++j) b[j] = bs[kk][tx + j * L];
       XK_UNROLL
-      for (int i = 0; i < P; ++i)
-        XK_UNROLL
-        for (int j = 0; j < P; ++j) c[i][j] = sycl::fma(a[i], b[j], c[i][j]);
+      for (int i = 0; i < P; ++i) XK_UNROLL
+      for (int j = 0; j < P; ++j) c[i][j] = sycl::fma(a[i], b[j], c[i][j]);
     }
     sycl::group_barrier(it.get_group());
   }

@@ -18,12 +18,13 @@
 namespace xk {
 
 // ------------------------------------------------------------------ the table
-template <typename T> struct layer_norm_fwd_params {
+template <typename T>
+struct layer_norm_fwd_params {
   const T* x;
-  const T* w;         // null: no weight
-  const T* b;         // null: no bias
-  T* y;               // may be x (in place)
-  acc_t<T>* mean;     // null: statistics not saved (layer_norm.out)
+  const T* w;      // null: no weight
+  const T* b;      // null: no bias
+  T* y;            // may be x (in place)
+  acc_t<T>* mean;  // null: statistics not saved (layer_norm.out)
   acc_t<T>* rstd;
   int64_t M, N;
   acc_t<T> eps;
@@ -31,11 +32,14 @@ template <typename T> struct layer_norm_fwd_params {
 struct layer_norm_fwd {
   static constexpr int dims = 1;
   using types = float_types;
-  template <typename T> using params = layer_norm_fwd_params<T>;
-  template <typename T> static void run(item_arg<1> ia, const params<T>& p);
+  template <typename T>
+  using params = layer_norm_fwd_params<T>;
+  template <typename T>
+  static void run(item_arg<1> ia, const params<T>& p);
 };
 
-template <typename T> struct layer_norm_bwd_dx_params {
+template <typename T>
+struct layer_norm_bwd_dx_params {
   const T* dy;
   const T* x;
   const acc_t<T>* mean;
@@ -47,11 +51,14 @@ template <typename T> struct layer_norm_bwd_dx_params {
 struct layer_norm_bwd_dx {
   static constexpr int dims = 1;
   using types = float_types;
-  template <typename T> using params = layer_norm_bwd_dx_params<T>;
-  template <typename T> static void run(item_arg<1> ia, const params<T>& p);
+  template <typename T>
+  using params = layer_norm_bwd_dx_params<T>;
+  template <typename T>
+  static void run(item_arg<1> ia, const params<T>& p);
 };
 
-template <typename T> struct layer_norm_bwd_wb_partial_params {
+template <typename T>
+struct layer_norm_bwd_wb_partial_params {
   const T* dy;
   const T* x;
   const acc_t<T>* mean;
@@ -63,11 +70,14 @@ template <typename T> struct layer_norm_bwd_wb_partial_params {
 struct layer_norm_bwd_wb_partial {
   static constexpr int dims = 1;
   using types = float_types;
-  template <typename T> using params = layer_norm_bwd_wb_partial_params<T>;
-  template <typename T> static void run(item_arg<1> ia, const params<T>& p);
+  template <typename T>
+  using params = layer_norm_bwd_wb_partial_params<T>;
+  template <typename T>
+  static void run(item_arg<1> ia, const params<T>& p);
 };
 
-template <typename T> struct layer_norm_bwd_wb_final_params {
+template <typename T>
+struct layer_norm_bwd_wb_final_params {
   const acc_t<T>* part_w;
   const acc_t<T>* part_b;
   T* dw;  // null: not wanted
@@ -77,8 +87,10 @@ template <typename T> struct layer_norm_bwd_wb_final_params {
 struct layer_norm_bwd_wb_final {
   static constexpr int dims = 1;
   using types = float_types;
-  template <typename T> using params = layer_norm_bwd_wb_final_params<T>;
-  template <typename T> static void run(item_arg<1> ia, const params<T>& p);
+  template <typename T>
+  using params = layer_norm_bwd_wb_final_params<T>;
+  template <typename T>
+  static void run(item_arg<1> ia, const params<T>& p);
 };
 
 using layer_norm_kernels =
@@ -148,7 +160,7 @@ void layer_norm_fwd::run(item_arg<1> ia, const params<T>& p) {
     const A sq = sub_group_sum(sg, sq0 + sq1);
     const A mu = mu0 + sd / static_cast<A>(N);
     A var = (sq - sd * (sd / static_cast<A>(N))) / static_cast<A>(N);  // biased, as F.layer_norm
-    if (var < A(0)) var = A(0);                                       // rounding; NaN stays NaN
+    if (var < A(0)) var = A(0);                                        // rounding; NaN stays NaN
     // An overflowing variance has no meaningful reciprocal: rstd 0 would silently turn the row
     // into the bias. Like PyTorch and the reference, the row becomes NaN.
     if (sycl::isinf(var)) var = var - var;  // inf - inf: NaN

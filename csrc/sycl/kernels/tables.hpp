@@ -14,7 +14,8 @@
 namespace xk {
 
 // A kernel file and its table.
-template <const char* File, typename Kernels> struct table {
+template <const char* File, typename Kernels>
+struct table {
   static constexpr const char* file = File;
   using kernels = Kernels;
 };
@@ -30,7 +31,8 @@ using all_tables = type_list<table<layer_norm_file, layer_norm_kernels>, table<c
 // Calls f(table_tag, kernel_tag, type_tag) for every (table, kernel, element type), in a fixed order:
 // the order of all_tables, then of each table's kernel_list, then of each kernel's types. The position
 // in that order is a kernel instantiation's index in an ahead-of-time library.
-template <typename X> struct tag {
+template <typename X>
+struct tag {
   using type = X;
 };
 
@@ -38,16 +40,22 @@ template <typename Tab, typename K, typename F, typename... Ts>
 constexpr void for_each_type(type_list<Ts...>, F& f) {
   (f(tag<Tab>{}, tag<K>{}, tag<Ts>{}), ...);
 }
-template <typename Tab, typename F, typename... Ks> constexpr void for_each_kernel(kernel_list<Ks...>, F& f) {
+template <typename Tab, typename F, typename... Ks>
+constexpr void for_each_kernel(kernel_list<Ks...>, F& f) {
   (for_each_type<Tab, Ks>(typename Ks::types{}, f), ...);
 }
-template <typename F, typename... Tabs> constexpr void for_each_instance_in(type_list<Tabs...>, F& f) {
+template <typename F, typename... Tabs>
+constexpr void for_each_instance_in(type_list<Tabs...>, F& f) {
   (for_each_kernel<Tabs>(typename Tabs::kernels{}, f), ...);
 }
-template <typename F> constexpr void for_each_instance(F&& f) { for_each_instance_in(all_tables{}, f); }
+template <typename F>
+constexpr void for_each_instance(F&& f) {
+  for_each_instance_in(all_tables{}, f);
+}
 
 // Index of (K, T) in that order (constexpr), or -1.
-template <typename K, typename T> constexpr long instance_index() {
+template <typename K, typename T>
+constexpr long instance_index() {
   long i = 0, found = -1;
   auto visit = [&](auto tab, auto k, auto t) {
     (void)tab;
@@ -59,23 +67,37 @@ template <typename K, typename T> constexpr long instance_index() {
 }
 
 // Element type names as the tables spell them (also used in ahead-of-time library listings).
-template <typename T> constexpr const char* type_label();
-template <> constexpr const char* type_label<float>() { return "float"; }
-template <> constexpr const char* type_label<double>() { return "double"; }
-template <> constexpr const char* type_label<half>() { return "half"; }
-template <> constexpr const char* type_label<bf16>() { return "bf16"; }
+template <typename T>
+constexpr const char* type_label();
+template <>
+constexpr const char* type_label<float>() {
+  return "float";
+}
+template <>
+constexpr const char* type_label<double>() {
+  return "double";
+}
+template <>
+constexpr const char* type_label<half>() {
+  return "half";
+}
+template <>
+constexpr const char* type_label<bf16>() {
+  return "bf16";
+}
 
 }  // namespace xk
 
 namespace xk_names {
 
 // The C++ spelling of type X as the compiler prints it (outside namespace xk, so that the names of
-// the kernel descriptors come out qualified; GCC drops the qualifier of the function's own namespace) ("xk::conv2d_igemm<true, 16, 6, 4>"; GCC and
-// Clang agree on it for the descriptors), used to generate run-time entry points and to check that an
-// ahead-of-time library was built from the same tables.
-template <typename X> std::string cxx_name() {
+// the kernel descriptors come out qualified; GCC drops the qualifier of the function's own namespace)
+// ("xk::conv2d_igemm<true, 16, 6, 4>"; GCC and Clang agree on it for the descriptors), used to generate run-time entry
+// points and to check that an ahead-of-time library was built from the same tables.
+template <typename X>
+std::string cxx_name() {
   const std::string s = __PRETTY_FUNCTION__;  // "... cxx_name() [with X = xk::layer_norm_fwd; ...]" (GCC)
-  const std::string key = "X = ";            // "... cxx_name() [X = xk::layer_norm_fwd]" (Clang)
+  const std::string key = "X = ";             // "... cxx_name() [X = xk::layer_norm_fwd]" (Clang)
   size_t b = s.find(key);
   if (b == std::string::npos) return "?";
   b += key.size();
@@ -95,8 +117,10 @@ inline std::string identifier(const std::string& cxx) {
   std::string out;
   const std::string s = cxx.rfind("xk::", 0) == 0 ? cxx.substr(4) : cxx;
   for (char c : s) {
-    if (std::isalnum(static_cast<unsigned char>(c)) || c == '_') out += c;
-    else if (!out.empty() && out.back() != '_') out += '_';
+    if (std::isalnum(static_cast<unsigned char>(c)) || c == '_')
+      out += c;
+    else if (!out.empty() && out.back() != '_')
+      out += '_';
   }
   while (!out.empty() && out.back() == '_') out.pop_back();
   return out;
