@@ -47,7 +47,10 @@ py::dict device_dict(const DeviceRecord& r) {
 
 }  // namespace
 
+void bind_user_kernels(py::module_& m);  // user_kernels.cpp
+
 void bind_python(py::module_& m) {
+  bind_user_kernels(m);
   m.def(
       "acpp_device",
       [] {

@@ -1014,6 +1014,13 @@ std::vector<std::pair<std::string, double>> warmup(
   return out;
 }
 
+sycl::kernel_bundle<sycl::bundle_state::executable> build_source(const sycl::queue& q, const std::string& label,
+                                                                 const std::string& source,
+                                                                 const std::vector<std::string>& names,
+                                                                 const std::vector<std::string>& options) {
+  return build_bundle(q.get_context(), q.get_device(), label, source, names, options);
+}
+
 std::vector<std::string> build_source_for_test(const std::string& source, const std::vector<std::string>& names) {
   sycl::queue& q = cpu_queue();
   auto bundle =
