@@ -40,7 +40,7 @@ from .backends import (  # noqa: E402
     use_backend,
     warmup,
 )
-from . import nn, parity, reference  # noqa: E402
+from . import nn, parity, reference, sycl  # noqa: E402
 from .nn import optimize  # noqa: E402
 
 __all__ = [
@@ -63,5 +63,6 @@ __all__ = [
     "optimize",
     "parity",
     "reference",
+    "sycl",
     "__version__",
 ]
