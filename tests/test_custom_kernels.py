@@ -295,7 +295,8 @@ def test_bad_launches_raise_clear_errors():
         k[(8, 8), 8](x, y, out, 1.0, 64)
     with pytest.raises(TypeError, match="global_size must be an int or a tuple"):
         k[64.0, 64](x, y, out, 1.0, 64)
-    with pytest.raises(RuntimeError, match="exceeds the limit"):
+    with pytest.raises(ValueError, match=r"kernel 'scale_add' \(test_scale_add.sycl\): work-group size 1048576 "
+                                         r"\(local size \[1048576\]\) exceeds the limit"):
         k[1 << 20, 1 << 20](x, y, out, 1.0, 64)
     with pytest.raises(TypeError, match=r"launch kernel 'scale_add' as kernel\[global_size, local_size\]"):
         k[64](x, y, out, 1.0, 64)

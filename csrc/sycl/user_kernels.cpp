@@ -360,8 +360,17 @@ void UserSource::launch(const std::string& kernel, const std::vector<int64_t>& g
   Slot& slot = slot_for(q, dtype);
   build_slot(slot, q, dtype);
   const sycl::kernel& kern = slot.kernels.at(kernel);  // read-only once built
-  size_t g[3], l[3];
-  for (int d = 0; d < k.dims; ++d) g[d] = static_cast<size_t>(global[d]), l[d] = static_cast<size_t>(local[d]);
+  size_t g[3], l[3], wg = 1;
+  for (int d = 0; d < k.dims; ++d) {
+    g[d] = static_cast<size_t>(global[d]), l[d] = static_cast<size_t>(local[d]);
+    wg *= l[d];
+  }
+  {  // validate_launch checks this too, but names the kernel by its mangled entry point
+    const size_t dev_max = traits_of(q).max_work_group_size;
+    const size_t k_max = kern.get_info<sycl::info::kernel_device_specific::work_group_size>(q.get_device());
+    TORCH_CHECK_VALUE(wg <= dev_max && wg <= k_max, who, ": work-group size ", wg, " (local size ", dims_str(local),
+                      ") exceeds the limit (device '", traits_of(q).name, "': ", dev_max, ", this kernel: ", k_max, ")");
+  }
   validate_launch(q, kern, k.dims, g, l, k.params.size());
 
   sycl::event e = q.submit([&](sycl::handler& h) {

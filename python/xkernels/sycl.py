@@ -284,13 +284,16 @@ def _compile_progress(label: str, delay: float = 1.0):
     t = threading.Thread(target=show, name="xkernels-sycl-progress", daemon=True)
     t0 = time.perf_counter()
     t.start()
+    failed = True
     try:
         yield
+        failed = False
     finally:
         done.set()
         t.join()
         if shown.is_set():
-            print(f"xkernels.sycl: compiled {label} in {time.perf_counter() - t0:.1f} s", file=sys.stderr)
+            what = "compiling {} failed after" if failed else "compiled {} in"
+            print(f"xkernels.sycl: {what.format(label)} {time.perf_counter() - t0:.1f} s", file=sys.stderr)
 
 
 # ----------------------------------------------------------------------------------- kernels
