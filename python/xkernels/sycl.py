@@ -330,6 +330,8 @@ class Kernel:
         return lambda *args: self.launch(global_size, local_size, *args)
 
     def _sizes(self, value, what: str) -> list[int]:
+        if type(value) is int and self.dims == 1:  # the common case, without the ABC checks below
+            return [value]
         v = (value,) if isinstance(value, numbers.Integral) or (isinstance(value, Tensor) and value.dim() == 0) \
             else value
         try:
@@ -363,6 +365,8 @@ class Kernel:
                 if dtype is None and p.base == "T":
                     dtype = a.dtype
                 tensors.append(a)
+            elif type(a) is int and p.is_int or type(a) is float and not p.is_int:  # fast path
+                scalars.append(a)
             else:
                 if isinstance(a, Tensor):
                     raise TypeError(f"xkernels.sycl: kernel '{self.name}': argument '{p.name}' ({p.text}) is a "
