@@ -96,8 +96,9 @@ std::string param_decl(const UserParam& p) {
 
 // sycl::queue for a device (queue_for takes a tensor).
 sycl::queue& queue_for_device(const at::Device& device) {
-  static const at::Tensor cpu_probe = at::empty({0}, at::TensorOptions().dtype(at::kFloat));
-  if (device.is_cpu()) return queue_for(cpu_probe);
+  // Leaked on purpose, like the runtime's queues: nothing to destroy while the process exits.
+  static const at::Tensor* cpu_probe = new at::Tensor(at::empty({0}, at::TensorOptions().dtype(at::kFloat)));
+  if (device.is_cpu()) return queue_for(*cpu_probe);
   return queue_for(at::empty({0}, at::TensorOptions().dtype(at::kFloat).device(device)));
 }
 
