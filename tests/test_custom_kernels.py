@@ -417,3 +417,33 @@ def test_second_process_does_not_recompile(tmp_path):
     assert "compiling" not in warm_err, warm_err
     assert _cache_files(tmp_path) == files  # the runtime wrote nothing new: nothing was compiled
     assert warm_s < 0.5 * cold_s, (cold, warm)
+
+
+def test_custom_op_writing_an_argument():
+    """A schema with Tensor(a!) makes an op that writes into its argument (mutates_args from the schema)."""
+    lib = _lib()
+
+    @xsycl.custom_op("xk_test::scale_add_(Tensor(a!) x, Tensor y, float alpha) -> ()")
+    def scale_add_(x: torch.Tensor, y: torch.Tensor, alpha: float) -> None:
+        torch._check(x.is_contiguous(), lambda: "xk_test::scale_add_: x must be contiguous (it is written)")
+        n = x.numel()
+        lib.scale_add[xsycl.round_up(n, LOCAL), LOCAL](x, y.contiguous(), x, alpha, n)
+
+    @scale_add_.register_fake
+    def _(x, y, alpha):
+        return None
+
+    x, y = torch.randn(100), torch.randn(100)
+    expected = x + 0.5 * y
+    torch.ops.xk_test.scale_add_(x, y, 0.5)
+    torch.testing.assert_close(x, expected, rtol=tolerance(torch.float32)[0], atol=tolerance(torch.float32)[1])
+    assert torch.ops.xk_test.scale_add_.default._schema.arguments[0].alias_info.is_write
+    torch.library.opcheck(torch.ops.xk_test.scale_add_, (torch.randn(10), torch.randn(10), 2.0))
+
+    def f(a, b):
+        a = a * 1
+        torch.ops.xk_test.scale_add_(a, b, 2.0)
+        return a
+
+    a, b = torch.randn(10), torch.randn(10)
+    torch.testing.assert_close(torch.compile(f, fullgraph=True, backend="aot_eager")(a, b), a + 2.0 * b)
