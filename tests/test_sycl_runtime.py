@@ -23,6 +23,7 @@ import torch.nn.functional as F
 
 import xkernels
 from xkernels import _C
+from xkernels import sycl as xsycl
 from xkernels.tolerances import DTYPES, elementwise, max_error, within_budget
 
 import _backends
@@ -153,31 +154,36 @@ def test_group_kernel_names_follow_the_device_traits(sycl_cpu):
         sycl_cpu.group_kernel_names("nope.hpp", True, True, [16])
 
 
+# The probes below go through the public user-kernel API (xkernels.sycl, tests/test_custom_kernels.py),
+# which builds through the same path as the kernel groups (build_source -> build_bundle).
+
+
 def test_compile_error_raises_with_log(sycl_cpu):
-    bogus = textwrap.dedent("""
-        #include "common.hpp"
-        extern "C" XK_ND_KERNEL(1) void broken(float* x, long n) {
+    bogus = textwrap.dedent("""\
+        void broken(xk::item_arg<1> ia, float* x, int64_t n) {
           x[0] = xk_no_such_function(n);
         }
     """)
-    with pytest.raises(RuntimeError) as err:
-        sycl_cpu.build_source_for_test(bogus, ["broken"])
+    lib = xsycl.load_inline("runtime_broken", bogus)
+    with pytest.raises(xsycl.CompileError) as err:
+        lib.build()
     msg = str(err.value)
-    assert "compiling SYCL kernels 'test source'" in msg
-    assert "xk_no_such_function" in msg and "error" in msg  # the compiler's own diagnostic
+    assert "compiling kernel source 'runtime_broken' (kernels: broken)" in msg
+    assert "runtime_broken.sycl:2:" in msg  # the compiler's own diagnostic, at the source's line
+    assert "xk_no_such_function" in msg and "error" in msg
     assert "-ffp-contract=off" in msg  # the options used
 
 
 def test_good_source_builds(sycl_cpu):
-    src = '#include "common.hpp"\nextern "C" XK_ND_KERNEL(1) void fine(float* x, long n) {}\n'
-    assert sycl_cpu.build_source_for_test(src, ["fine"]) == ["fine"]
+    lib = xsycl.load_inline("runtime_fine", "void fine(xk::item_arg<1> ia, float* x, int64_t n) {}\n")
+    lib.build()
+    assert [label.split(": ", 1)[1] for label, _s in lib.builds()] == ["runtime_fine.sycl"]
 
 
-_FP_PROBE = textwrap.dedent("""
-    #include "common.hpp"
-    extern "C" XK_ND_KERNEL(1) void fp_probe(const float* a, const float* b, const float* c,
-                                             float* axpy, float* quot, float* root, long n) {
-      const long i = xk::item<1>().get_global_id(0);
+_FP_PROBE = textwrap.dedent("""\
+    void fp_probe(xk::item_arg<1> ia, const float* a, const float* b, const float* c,
+                  float* axpy, float* quot, float* root, int64_t n) {
+      const int64_t i = xk::item(ia).get_global_id(0);
       if (i >= n) return;
       axpy[i] = a[i] * b[i] + c[i];
       quot[i] = a[i] / b[i];
@@ -186,11 +192,12 @@ _FP_PROBE = textwrap.dedent("""
 """)
 
 
-def _run_fp_probe(sycl, n, fp_options=None):
+def _run_fp_probe(n, extra_cflags=()):
     g = torch.Generator().manual_seed(1234)
     a, b, c = (torch.randn(n, generator=g) for _ in range(3))
     outs = [torch.empty(n) for _ in range(3)]
-    sycl.run_test_kernel(_FP_PROBE, "fp_probe", [t.data_ptr() for t in (a, b, c, *outs)], n, n, 64, fp_options)
+    lib = xsycl.load_inline("fp_probe", _FP_PROBE, extra_cflags=list(extra_cflags))
+    lib.fp_probe[n, 64](a, b, c, *outs, n)
     # Correctly rounded single roundings, computed exactly in float64 (a*b is exact there).
     exact = [
         ((a.double() * b.double()).float().double() + c.double()).float(),
@@ -202,29 +209,29 @@ def _run_fp_probe(sycl, n, fp_options=None):
 
 def test_fp_options_take_effect(sycl_cpu):
     n = 1 << 14
-    axpy, quot, root = _run_fp_probe(sycl_cpu, n)
+    axpy, quot, root = _run_fp_probe(n)
     # Pinned options: a*b+c is two roundings (no contraction); division and sqrt correctly rounded.
     assert (axpy, quot, root) == (1.0, 1.0, 1.0)
-    # Without them the kernel compiler contracts a*b+c into an FMA: the option is what prevents it.
-    axpy_default, _, _ = _run_fp_probe(sycl_cpu, n, fp_options=[])
-    assert axpy_default < 0.99
+    # Allowing contraction (as the kernel compiler does by default) fuses a*b+c into an FMA: the
+    # pinned option is what prevents it.
+    axpy_contracted, _, _ = _run_fp_probe(n, extra_cflags=["-ffp-contract=fast"])
+    assert axpy_contracted < 0.99
 
 
 def test_launch_validation(sycl_cpu):
-    src = '#include "common.hpp"\nextern "C" XK_ND_KERNEL(1) void two(float* x, long n) { if (n < 0) x[0] = 1; }\n'
+    lib = xsycl.load_inline("runtime_two", "void two(xk::item_arg<1> ia, float* x, int64_t n) { if (n < 0) x[0] = 1; }")
     x = torch.zeros(64)
-    with pytest.raises(RuntimeError, match="not a multiple of the local size"):
-        sycl_cpu.run_test_kernel(src, "two", [x.data_ptr()], 64, 100, 64)
-    with pytest.raises(RuntimeError, match="zero dimension"):
-        sycl_cpu.run_test_kernel(src, "two", [x.data_ptr()], 64, 64, 0)
-    with pytest.raises(RuntimeError, match="exceeds the limit"):
-        sycl_cpu.run_test_kernel(src, "two", [x.data_ptr()], 64, 1 << 20, 1 << 20)
-    with pytest.raises(RuntimeError, match="1 arguments given, the kernel takes 2"):
-        sycl_cpu.run_test_kernel(src, "two", [], 64, 64, 64)
-    if int(sycl_cpu.runtime_version()[:4]) >= 2026:  # where the runtime's count includes unused parameters
-        with pytest.raises(RuntimeError, match="3 arguments given, the kernel takes 2"):
-            sycl_cpu.run_test_kernel(src, "two", [x.data_ptr(), x.data_ptr()], 64, 64, 64)
-    sycl_cpu.run_test_kernel(src, "two", [x.data_ptr()], 64, 64, 64)  # and a good launch runs
+    with pytest.raises(ValueError, match="not a multiple of the local size"):
+        lib.two[100, 64](x, 64)
+    with pytest.raises(ValueError, match="must be >= 1"):
+        lib.two[64, 0](x, 64)
+    with pytest.raises(ValueError, match="exceeds the limit"):  # the device's limit
+        lib.two[1 << 20, 1 << 20](x, 64)
+    with pytest.raises(TypeError, match="takes 2 arguments"):
+        lib.two[64, 64](64)
+    with pytest.raises(TypeError, match="takes 2 arguments"):
+        lib.two[64, 64](x, x, 64)
+    lib.two[64, 64](x, 64)  # and a good launch runs
 
 
 # ------------------------------------------------------------------ layer_norm

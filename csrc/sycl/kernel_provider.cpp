@@ -406,30 +406,11 @@ std::vector<std::pair<std::string, double>> warmup(
   return out;
 }
 
-std::vector<std::string> build_source_for_test(const std::string& source, const std::vector<std::string>& names) {
-  sycl::queue& q = cpu_queue();
-  auto bundle =
-      build_bundle(q.get_context(), q.get_device(), "test source", source, names, build_options_for_runtime());
-  std::vector<std::string> found;
-  for (const auto& n : names)
-    if (bundle.ext_oneapi_has_kernel(n)) found.push_back(n);
-  return found;
-}
-
-void run_test_kernel(const std::string& source, const std::string& name, const std::vector<uintptr_t>& pointers,
-                     int64_t n, size_t global, size_t local, const std::vector<std::string>* fp_options) {
-  sycl::queue& q = cpu_queue();
-  auto bundle = build_bundle(q.get_context(), q.get_device(), "test source", source, {name},
-                             fp_options ? build_options_with(*fp_options) : build_options_for_runtime());
-  const sycl::kernel k = bundle.ext_oneapi_get_kernel(name);
-  validate_launch(q, k, 1, &global, &local, pointers.size() + 1);
-  sycl::event e = q.submit([&](sycl::handler& h) {
-    int i = 0;
-    for (const uintptr_t p : pointers) h.set_arg(i++, reinterpret_cast<void*>(p));
-    h.set_arg(i, n);
-    h.parallel_for(sycl::nd_range<1>(global, local), k);
-  });
-  e.wait_and_throw();
+sycl::kernel_bundle<sycl::bundle_state::executable> build_source(const sycl::queue& q, const std::string& label,
+                                                                 const std::string& source,
+                                                                 const std::vector<std::string>& names,
+                                                                 const std::vector<std::string>& options) {
+  return build_bundle(q.get_context(), q.get_device(), label, source, names, options);
 }
 
 }  // namespace xkernels::sycl_backend

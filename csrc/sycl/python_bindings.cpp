@@ -49,7 +49,10 @@ py::dict device_dict(const DeviceRecord& r) {
 
 }  // namespace
 
+void bind_user_kernels(py::module_& m);  // user_kernels.cpp
+
 void bind_python(py::module_& m) {
+  bind_user_kernels(m);
   m.def(
       "acpp_device",
       [] {
@@ -214,27 +217,6 @@ void bind_python(py::module_& m) {
       "The caching host allocator of the SYCL backend's CPU tensors (host_alloc.h): bound, cached and in-use "
       "bytes, hits and misses.");
   m.def("host_cache_clear", &host_cache_clear, "Frees every cached host block (blocks in use are unaffected).");
-  m.def(
-      "run_test_kernel",
-      [](const std::string& source, const std::string& name, const std::vector<uintptr_t>& pointers, int64_t n,
-         size_t global, size_t local, std::optional<std::vector<std::string>> fp_options) {
-        py::gil_scoped_release nogil;
-        run_test_kernel(source, name, pointers, n, global, local, fp_options ? &*fp_options : nullptr);
-      },
-      py::arg("source"), py::arg("name"), py::arg("pointers"), py::arg("n"), py::arg("global_size"),
-      py::arg("local_size"), py::arg("fp_options") = py::none(),
-      "Test hook: builds `source` and runs 1-D kernel `name`(pointers..., int64 n) on the CPU device; pointers "
-      "are data_ptr() of live contiguous CPU tensors. "
-      "fp_options replaces the pinned FP options (to show what they change).");
-  m.def(
-      "build_source_for_test",
-      [](const std::string& source, const std::vector<std::string>& names) {
-        py::gil_scoped_release nogil;
-        return build_source_for_test(source, names);
-      },
-      py::arg("source"), py::arg("names"),
-      "Test hook: builds SYCL source for the CPU device through the provider's build path (no in-memory cache); "
-      "returns which of `names` the bundle has. Compile errors raise RuntimeError with the compiler log.");
 }
 
 }  // namespace xkernels::sycl_backend

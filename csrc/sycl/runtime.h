@@ -88,6 +88,15 @@ sycl::event launch(sycl::queue& q, const sycl::kernel& k, const sycl::nd_range<D
   });
 }
 
+// Builds `source` for the queue's device through the kernel groups' build path (the kernel files as
+// include files, the on-disk cache and its manifest, compile errors raised with the compiler's
+// diagnostics under `label`), with `options` (build_options_for_runtime() plus any extra ones) and the
+// registered `names`. No in-memory cache: the caller keeps the bundle (user_kernels.cpp).
+sycl::kernel_bundle<sycl::bundle_state::executable> build_source(const sycl::queue& q, const std::string& label,
+                                                                 const std::string& source,
+                                                                 const std::vector<std::string>& names,
+                                                                 const std::vector<std::string>& options);
+
 // The only synchronisation: for a CPU tensor `t`, waits for `e` and rethrows any
 // asynchronous error (the op returns to PyTorch with its outputs written). For device
 // (XPU) tensors it returns at once: work stays ordered on torch's queue.

@@ -69,16 +69,4 @@ std::vector<std::string> all_kernel_names(const DeviceTraits& traits);
 std::vector<std::pair<std::string, double>> warmup(
     const std::function<void(size_t, size_t, const std::string&)>& progress);
 
-// Test hook: builds `source` for the CPU device like build_source_for_test (with
-// `fp_options`, when given, in place of kDeviceFPOptions) and runs 1-D kernel `name` over
-// `global` work-items in groups of `local` with arguments: the host `pointers` (data of live
-// CPU tensors), then `n`. Waits for completion.
-void run_test_kernel(const std::string& source, const std::string& name, const std::vector<uintptr_t>& pointers,
-                     int64_t n, size_t global, size_t local, const std::vector<std::string>* fp_options);
-
-// Test hook: builds `source` (with the kernel files as include files) for the CPU device,
-// bypassing the in-memory cache, through the same code path and error handling as
-// get_kernel. Returns the kernel names found among `names`.
-std::vector<std::string> build_source_for_test(const std::string& source, const std::vector<std::string>& names);
-
 }  // namespace xkernels::sycl_backend

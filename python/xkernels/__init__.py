@@ -29,7 +29,7 @@ except ImportError as e:  # pragma: no cover - depends on the installation
 # The version lives once, in pyproject.toml: setup.py passes it to CMake, which compiles it into _C.
 __version__ = _C.__version__
 
-from . import nn, parity, reference
+from . import nn, parity, reference, sycl
 from .backends import (
     BackendUnavailableError,
     backends,
@@ -65,5 +65,6 @@ __all__ = [
     "optimize",
     "parity",
     "reference",
+    "sycl",
     "__version__",
 ]

@@ -436,9 +436,17 @@ def _grad_output_for(out: Tensor, seed: int) -> Tensor:
 
 
 def _run_op(
-    op: str, call_args: dict, diff_names: list[str], grads: bool, gout: Tensor | None, fn: Callable | None = None
+    op: str,
+    call_args: dict,
+    diff_names: list[str],
+    grads: bool,
+    gout: Tensor | None,
+    fn: Callable | None = None,
+    positional: bool = False,
 ):
-    """Runs the op (xkernels by default) on fresh leaves; returns (output, {name: grad})."""
+    """Runs the op (xkernels by default) on fresh leaves; returns (output, {name: grad}).
+    With `positional`, the arguments are passed in order (a custom op and its reference function
+    need not name them alike)."""
     fn = fn or getattr(_ops, op)
     args = dict(call_args)
     leaves = []
@@ -446,7 +454,7 @@ def _run_op(
         leaf = args[n].detach().clone(memory_format=torch.preserve_format).requires_grad_(grads)
         args[n] = leaf
         leaves.append(leaf)
-    out = fn(**args)
+    out = fn(*args.values()) if positional else fn(**args)
     if not grads:
         return out.detach(), {}
     g = gout if gout is not None else _grad_output_for(out, 0)
@@ -457,7 +465,7 @@ def _run_op(
 
 
 def check_op(
-    op: str,
+    op: str | Callable,
     *args,
     backends: Iterable[BackendSpec] | None = None,
     grads: bool = True,
@@ -465,6 +473,7 @@ def check_op(
     seed: int = 0,
     budget_factor: float = 1.0,
     case: str | None = None,
+    reference_fn: Callable | None = None,
     **kwargs,
 ) -> OpReport:
     """Runs xkernels op `op` ('fused_linear_relu', 'conv2d' or 'layer_norm') with the given
@@ -472,7 +481,21 @@ def check_op(
     `backends`: names, 'torch', or (name, context-factory) pairs), forward and — with `grads`
     — backward with respect to every floating-point tensor argument, and measures every result
     against the float64 oracle. `grad_output` defaults to a seeded standard normal tensor.
-    `budget_factor` scales every budget (0 demands exact agreement)."""
+    `budget_factor` scales every budget (0 demands exact agreement).
+
+    Any other op: pass the callable (e.g. ``torch.ops.mylib.rms_norm`` or a custom op made with
+    ``xkernels.sycl.custom_op``) and `reference_fn`, a function of the same arguments in the same
+    order made of PyTorch ops: it gives the float64 oracle (run on float64 CPU copies) and PyTorch's
+    same-dtype baseline, and its signature names the arguments. The op runs once, as it dispatches
+    (one row, named after the op; `backends` may give (name, context-factory) pairs instead)."""
+    if not isinstance(op, str):
+        return _check_callable_op(
+            op, args, kwargs, reference_fn, backends, grads, grad_output, seed, budget_factor, case
+        )
+    if reference_fn is not None:
+        raise ValueError(
+            "xkernels.parity.check_op: 'reference_fn' is for ops given as callables; xkernels ops have their own oracle"
+        )
     if op not in reference.FUNCTIONS:
         raise ValueError(f"xkernels.parity.check_op: unknown op '{op}'; known: {', '.join(reference.FUNCTIONS)}")
     sig = inspect.signature(reference.FUNCTIONS[op])
@@ -544,6 +567,86 @@ def check_op(
                         gname, gval, r_grads[gname], dtype, t_grads[gname] if t_grads else None, budget_factor, note
                     )
                 )
+        report.results.append(res)
+    return report
+
+
+def _op_name(op: Callable) -> str:
+    for attr in ("_qualified_op_name", "_name"):
+        v = getattr(op, attr, None)
+        if isinstance(v, str):
+            if attr == "_name" and isinstance(getattr(op, "_namespace", None), str):
+                return f"{op._namespace}::{v}"
+            return v
+    return getattr(op, "__qualname__", None) or getattr(op, "__name__", None) or type(op).__name__
+
+
+def _check_callable_op(
+    op: Callable, args, kwargs, reference_fn, backends, grads, grad_output, seed, budget_factor, case
+) -> OpReport:
+    """check_op for an op given as a callable, against `reference_fn` (see check_op)."""
+    name = _op_name(op)
+    if not callable(op):
+        raise TypeError(f"xkernels.parity.check_op: 'op' must be an xkernels op name or a callable, got {op!r}")
+    if reference_fn is None or not callable(reference_fn):
+        raise ValueError(
+            f"xkernels.parity.check_op: op '{name}' is not an xkernels op: pass reference_fn=, a "
+            "function of the same arguments made of PyTorch ops (the float64 oracle and the baseline)"
+        )
+    sig = inspect.signature(reference_fn)
+    try:
+        bound = sig.bind(*args, **kwargs)
+    except TypeError as e:
+        raise TypeError(f"xkernels.parity.check_op: the arguments do not fit reference_fn{sig}: {e}") from None
+    bound.apply_defaults()
+    call_args = dict(bound.arguments)
+    if any(p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD) for p in sig.parameters.values()):
+        raise TypeError("xkernels.parity.check_op: reference_fn must name its arguments (no *args / **kwargs)")
+    first = next((v for v in call_args.values() if isinstance(v, Tensor) and v.is_floating_point()), None)
+    if first is None:
+        raise ValueError(f"xkernels.parity.check_op: op '{name}' got no floating-point tensor argument")
+    dtype, device = first.dtype, first.device
+    diff_names = [n for n, v in call_args.items() if isinstance(v, Tensor) and v.is_floating_point()]
+    report = OpReport(
+        name,
+        case if case is not None else _case_string(name, call_args, sig),
+        str(dtype).replace("torch.", ""),
+        str(device),
+    )
+    oracle_args = {k: reference.to_oracle(v) for k, v in call_args.items()}
+    ref_out, _ = _run_op(name, oracle_args, diff_names, False, None, fn=reference_fn, positional=True)
+    g64 = grad_output.detach().to("cpu", torch.float64) if grad_output is not None else _grad_output_for(ref_out, seed)
+    gout = g64.to(dtype=dtype, device=device)
+    ref_grads = (
+        _run_op(name, oracle_args, diff_names, True, g64, fn=reference_fn, positional=True)[1] if grads else None
+    )
+    try:
+        torch_out, torch_grads = _run_op(name, call_args, diff_names, grads, gout, fn=reference_fn, positional=True)
+    except (RuntimeError, NotImplementedError) as e:
+        report.torch_error = f"{type(e).__name__}: {str(e).splitlines()[0]}"
+        torch_out, torch_grads = None, None
+    specs = [_backend_context(b) for b in backends] if backends is not None else [(name, contextlib.nullcontext)]
+    for bname, ctx in specs:
+        res = BackendResult(bname, str(device))
+        t0 = time.perf_counter()
+        try:
+            with dispatch_record() as rec, ctx():
+                out, got_grads = _run_op(name, call_args, diff_names, grads, gout, fn=op, positional=True)
+        except Exception as e:  # noqa: BLE001 - reported, never swallowed silently
+            res.error = f"{type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ''}"
+            res.seconds = time.perf_counter() - t0
+            report.results.append(res)
+            continue
+        res.seconds = time.perf_counter() - t0
+        res.dispatch = _events(rec)
+        res.note = _dispatch_note(bname, res.dispatch)
+        res.tensors.append(tensor_error("output", out, ref_out, dtype, torch_out, budget_factor))
+        for gname, gval in got_grads.items():
+            res.tensors.append(
+                tensor_error(
+                    gname, gval, ref_grads[gname], dtype, torch_grads[gname] if torch_grads else None, budget_factor
+                )
+            )
         report.results.append(res)
     return report
 
