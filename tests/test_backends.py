@@ -28,7 +28,7 @@ def _process_default_auto():
 
 def test_backends_content():
     b = xkernels.backends()
-    assert list(b) == ["reference", "sycl", "cuda"]
+    assert list(b) == ["reference", "sycl", "cuda", "acpp"]
     for name, st in b.items():
         assert st.name == name
         assert isinstance(st.built, bool) and isinstance(st.available, bool)
@@ -39,6 +39,7 @@ def test_backends_content():
     assert b["reference"].available and b["reference"].built
     assert b["sycl"].built == xkernels._C.with_sycl
     assert b["cuda"].built == xkernels._C.with_cuda
+    assert b["acpp"].built == xkernels._C.with_acpp
 
 
 def test_info_says_where_each_sycl_device_gets_its_kernels():

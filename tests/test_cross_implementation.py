@@ -18,7 +18,7 @@ import torch.nn.functional as F
 import xkernels
 from xkernels.tolerances import DTYPES, between_backends, elementwise
 
-from . import _backends
+import _backends
 
 IMPLEMENTATIONS = ("reference", "sycl", "acpp")
 

@@ -99,7 +99,7 @@ def test_runtime_facts(sycl_cpu):
     # 2025.x needs -fno-sycl-device-lib=all, 2026.x rejects it.
     assert ("-fno-sycl-device-lib=all" in opts) == (int(version[:4]) < 2026)
     names = sycl_cpu.kernel_names()
-    assert "xk::layer_norm_fwd<float>" in names and "xk::layer_norm_bwd_dx<sycl::ext::oneapi::bfloat16>" in names
+    assert "xk_layer_norm_fwd__float" in names and "xk_layer_norm_bwd_dx__bf16" in names
     assert "layer_norm.hpp" in sycl_cpu.kernel_groups()
     info = xkernels.info()
     assert info["sycl"]["runtime"] == version and info["backends"]["sycl"]["available"]
@@ -137,19 +137,23 @@ def test_provider_says_per_device_where_kernels_come_from(sycl_cpu):
 
 
 def test_group_kernel_names_follow_the_device_traits(sycl_cpu):
-    """What the '// xkernels-aot:' lists are derived from: names per dtype and sub-group sizes."""
+    """The generated run-time entry points of a kernel table (kernel_table.h) per dtype and sub-group sizes: a
+    device compiles the element types it has, the kernels whose required sub-group size it has, and of the
+    lane-variant conv2d kernels only the width the host launches (16 / 8 for double, else 32)."""
     ln = sycl_cpu.group_kernel_names("layer_norm.hpp", False, False, [16])
-    assert ln == [
-        f"xk::{k}<{t}>"
-        for t in ("float", "sycl::ext::oneapi::bfloat16")
-        for k in ("layer_norm_fwd", "layer_norm_bwd_dx", "layer_norm_bwd_wb_partial", "layer_norm_bwd_wb_final")
-    ]
-    assert "xk::layer_norm_fwd<double>" in sycl_cpu.group_kernel_names("layer_norm.hpp", False, True, [16])
+    kernels = ("layer_norm_fwd", "layer_norm_bwd_dx", "layer_norm_bwd_wb_partial", "layer_norm_bwd_wb_final")
+    assert ln == [f"xk_{k}__{t}" for k in kernels for t in ("float", "bf16")]
+    assert "xk_layer_norm_fwd__double" in sycl_cpu.group_kernel_names("layer_norm.hpp", False, True, [16])
+    assert "xk_layer_norm_fwd__half" in sycl_cpu.group_kernel_names("layer_norm.hpp", True, False, [16])
     lin16 = sycl_cpu.group_kernel_names("fused_linear_relu.hpp", True, True, [8, 16, 32])
     lin32 = sycl_cpu.group_kernel_names("fused_linear_relu.hpp", True, True, [32])
-    assert "xk::linear_gemm_panel<float, true, true>" in lin16 and set(lin32) < set(lin16)
+    assert "xk_linear_gemm_panel_true_true__float" in lin16 and set(lin32) < set(lin16)
+    assert not any("panel" in n for n in lin32)  # needs sub-groups of 16
     conv = sycl_cpu.group_kernel_names("conv2d.hpp", False, True, [32])
-    assert "xk::conv2d_grad_bias<float, 32>" in conv and "xk::conv2d_grad_bias<double, 32>" in conv
+    assert "xk_conv2d_grad_bias_32__float" in conv and "xk_conv2d_grad_bias_32__double" in conv
+    cpu = sycl_cpu.group_kernel_names("conv2d.hpp", True, True, [4, 8, 16, 32, 64])
+    assert "xk_conv2d_grad_bias_16__float" in cpu and "xk_conv2d_grad_bias_8__double" in cpu
+    assert not any("_32__" in n for n in cpu), "a device with widths 16 and 8 must not build the 32-wide variants"
     with pytest.raises(ValueError, match="argument 'file' must name a kernel group .*got 'nope.hpp'"):
         sycl_cpu.group_kernel_names("nope.hpp", True, True, [16])
 
@@ -464,7 +468,7 @@ def test_warmup_compiles_all_groups(sycl_cpu, tmp_path):
     labels = [label for label, _s in out["res"]]
     assert len(set(labels)) == len(labels)
     for g in out["groups"]:
-        for part in ("float", "bfloat16"):
+        for part in ("float", "bf16"):  # the kernel tables' element type labels (kernels/tables.hpp)
             assert any(label.endswith(f": {g} [{part}]") for label in labels), (g, part, labels)
     assert all(s >= 0 for _l, s in out["res"])
     assert [c[0] for c in out["calls"]] == list(range(expected + 1)) and out["calls"][-1][2] == "done"

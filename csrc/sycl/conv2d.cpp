@@ -28,10 +28,6 @@ namespace {
 // Tile shapes and split factors. Measured on the OpenCL CPU device (AVX-512): see
 // kernels/conv2d.hpp for the work decomposition these parametrise.
 struct Conv2dConfig {
-  // Lanes per sub-group: one 512-bit vector of the accumulation type (16 floats, 8 doubles);
-  // a lane is a SIMD lane, so this is what fills a register.
-  static constexpr int64_t kPreferredLanes = 16;
-  static constexpr int64_t kPreferredLanesFp64 = 8;
   // Destination-pixel GEMM, "wide" tile: R=6 pixels x Q=4 channel vectors = 24 accumulators,
   // + 4 weight vectors + 1 broadcast = 29 of 32 vector registers: the inner loop compiles
   // to 4 loads, 6 broadcasts and 24 FMAs without spills (checked in the generated assembly).
@@ -79,10 +75,7 @@ struct Conv2dConfig {
 // so any width runs there: the preferred one.
 template <typename T>
 int64_t lanes_for(const Launcher& L) {
-  const int64_t want = std::is_same_v<T, double> ? Conv2dConfig::kPreferredLanesFp64 : Conv2dConfig::kPreferredLanes;
-  const auto& s = L.traits().sub_group_sizes;
-  if (L.is_acpp() || std::find(s.begin(), s.end(), static_cast<size_t>(want)) != s.end()) return want;
-  return 32;
+  return L.is_acpp() ? xk::preferred_lanes<T>() : lane_width<T>(L.traits());
 }
 
 // Calls f(std::integral_constant<int, S>) for the lane width S (one the table has for element type T).

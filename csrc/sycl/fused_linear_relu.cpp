@@ -341,6 +341,8 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> backward(Launcher L, const at::Te
 
 }  // namespace
 
+int64_t linear_dot_max_rows() { return LinearConfig::kDotMaxRows; }
+
 at::Tensor fused_linear_relu(const at::Tensor& input, const at::Tensor& weight, const at::Tensor& bias,
                              const LinearProblem& p) {
   return forward(Launcher::for_tensor(input), input, weight, bias, p);

@@ -59,7 +59,18 @@ std::string kernel_label() {
   return (k.rfind("xk::", 0) == 0 ? k.substr(4) : k) + "<" + xk::type_label<T>() + ">";
 }
 
-// Can (K, T) run on a device with `t`? Element type aspects and the required sub-group size.
+// The lane width the host launches lane-variant kernels with for T on a device with `t`: the preferred width
+// where the device has that sub-group size, else 32 (the widths kernels/conv2d.hpp instantiates).
+template <typename T>
+int lane_width(const DeviceTraits& t) {
+  const size_t want = xk::preferred_lanes<T>();
+  for (size_t s : t.sub_group_sizes)
+    if (s == want) return static_cast<int>(want);
+  return 32;
+}
+
+// Can (K, T) run on a device with `t`, and is it one the host launches there? Element type aspects, the
+// required sub-group size, and for lane-variant kernels the one width the host picks (lane_width).
 template <typename K, typename T>
 bool supported_on(const DeviceTraits& t) {
   if (std::is_same_v<T, double> && !t.fp64) return false;
@@ -69,6 +80,8 @@ bool supported_on(const DeviceTraits& t) {
     bool ok = false;
     for (size_t s : t.sub_group_sizes) ok = ok || s == static_cast<size_t>(S);
     if (!ok) return false;
+    if constexpr (xk::is_lane_variant<K>::value)
+      if (S != lane_width<T>(t)) return false;
   }
   return true;
 }

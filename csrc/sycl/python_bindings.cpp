@@ -51,7 +51,12 @@ py::dict device_dict(const DeviceRecord& r) {
 
 void bind_user_kernels(py::module_& m);  // user_kernels.cpp
 
+int64_t linear_dot_max_rows();  // fused_linear_relu.cpp
+
 void bind_python(py::module_& m) {
+  m.def("linear_dot_max_rows", &linear_dot_max_rows,
+        "Forward fused_linear_relu calls with at most this many rows use the dot kernel (weight read as given); "
+        "more rows use the panel GEMM (packed weight).");
   bind_user_kernels(m);
   m.def(
       "acpp_device",

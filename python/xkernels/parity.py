@@ -225,7 +225,7 @@ def tensor_error(
 # ----------------------------------------------------------------------------- backends
 
 # Which xkernels backends can run tensors of a torch device type.
-_BACKENDS_FOR_DEVICE = {"cpu": ("reference", "sycl"), "cuda": ("cuda", "sycl"), "xpu": ("sycl",)}
+_BACKENDS_FOR_DEVICE = {"cpu": ("reference", "sycl", "acpp"), "cuda": ("cuda", "sycl"), "xpu": ("sycl",)}
 
 BackendSpec = str | tuple[str, Callable[[], contextlib.AbstractContextManager]]
 

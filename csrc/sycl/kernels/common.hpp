@@ -186,6 +186,19 @@ struct lane_types_of<32> {
 template <int S>
 using lane_types = typename lane_types_of<S>::type;
 
+// The preferred lane width of such kernels for element type T (one 512-bit vector of the accumulation type).
+template <typename T>
+constexpr int preferred_lanes() {
+  return std::is_same_v<T, double> ? 8 : 16;
+}
+
+// Descriptors of lane-variant kernels say `static constexpr bool lane_variant = true`: a device builds only the
+// width the host launches for each type (lane_width in kernel_table.h), not every width it supports.
+template <typename K, typename = void>
+struct is_lane_variant : std::false_type {};
+template <typename K>
+struct is_lane_variant<K, std::void_t<decltype(K::lane_variant)>> : std::bool_constant<K::lane_variant> {};
+
 // Is T one of the list's types?
 template <typename L, typename T>
 struct has_type;

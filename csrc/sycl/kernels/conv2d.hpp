@@ -53,6 +53,7 @@ template <bool DST_CL, int S, int R, int Q>
 struct conv2d_igemm {
   static constexpr int dims = 1;
   static constexpr int sub_group = S;
+  static constexpr bool lane_variant = true;  // built for the one width the host launches
   using types = lane_types<S>;
   template <typename T>
   using params = conv2d_igemm_params<T>;
@@ -75,6 +76,7 @@ template <bool DST_CL, int S, int R>
 struct conv2d_igemm_groups {
   static constexpr int dims = 1;
   static constexpr int sub_group = S;
+  static constexpr bool lane_variant = true;  // built for the one width the host launches
   using types = lane_types<S>;
   template <typename T>
   using params = conv2d_igemm_groups_params<T>;
@@ -93,6 +95,7 @@ template <int S, int R, int Q>
 struct conv2d_grad_weight {
   static constexpr int dims = 1;
   static constexpr int sub_group = S;
+  static constexpr bool lane_variant = true;  // built for the one width the host launches
   using types = lane_types<S>;
   template <typename T>
   using params = conv2d_grad_weight_params<T>;
@@ -111,6 +114,7 @@ template <int S, int R>
 struct conv2d_grad_weight_groups {
   static constexpr int dims = 1;
   static constexpr int sub_group = S;
+  static constexpr bool lane_variant = true;  // built for the one width the host launches
   using types = lane_types<S>;
   template <typename T>
   using params = conv2d_grad_weight_groups_params<T>;
@@ -128,6 +132,7 @@ template <int S>
 struct conv2d_grad_bias {
   static constexpr int dims = 1;
   static constexpr int sub_group = S;
+  static constexpr bool lane_variant = true;  // built for the one width the host launches
   using types = lane_types<S>;
   template <typename T>
   using params = conv2d_grad_bias_params<T>;
