@@ -161,6 +161,7 @@ def all_providers(names: list[str] | None = None) -> list[Provider]:
         _sycl_unpacked_provider(),
         _xkernels_provider("cuda"),
         _xkernels_provider("reference"),
+        _xkernels_provider("acpp"),  # the AdaptiveCpp build: a conformance backend, timed for information
         _torch_provider(),
         _copy_provider(),
         _compile_provider(),

@@ -92,7 +92,8 @@ def main(argv=None):
         args.providers = ["sycl", "sycl-unpacked", "cuda", "reference", "torch", "copy"]
     elif args.providers is None:
         # The reference backend is the plain-loop oracle, not a contender: at ~1 GFLOP/s it took two thirds of
-        # the standard suite's time. --providers reference ... adds it back.
+        # the standard suite's time. --providers reference ... adds it back, and --providers acpp ... the
+        # AdaptiveCpp build of the kernels (a conformance backend, no speed target).
         args.providers = ["sycl", "sycl-unpacked", "cuda", "torch", "copy", "torch.compile", "torch.compile+freezing"]
 
     prov = provenance()

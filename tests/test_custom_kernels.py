@@ -19,11 +19,12 @@ from pathlib import Path
 
 import pytest
 import torch
-from tolerances import DTYPES, assert_close, tolerance
 
 import xkernels
 from xkernels import _C
 from xkernels import sycl as xsycl
+from xkernels.tolerances import DTYPES, assert_close
+from xkernels.tolerances import elementwise as tolerance
 
 REQUIRE = os.environ.get("XKERNELS_REQUIRE_SYCL", "") not in ("", "0")
 PYTHON_DIR = str(Path(xkernels.__file__).resolve().parent.parent)
