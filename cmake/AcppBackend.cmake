@@ -5,8 +5,8 @@
 # XKERNELS_ACPP=AUTO|ON|OFF; acpp is found as $ACPP_ROOT/bin/acpp (XKERNELS_ACPP_ROOT) or on PATH.
 # Needs the SYCL backend (the host wrappers are shared). The kernels are compiled for AdaptiveCpp's
 # OpenMP CPU backend in library-only mode (omp.library-only), where kernels are ordinary host code and
-# get the host floating-point flags. The compiler-accelerated mode (omp)
-# miscompiles back-to-back work-group reductions and crashes on the tiled GEMM (docs/oneapi.md).
+# get the host floating-point flags. The compiler-accelerated mode (omp) crashes the compiler on the tiled
+# GEMM (tests/test_adaptivecpp_known_bugs.py).
 set(XK_WITH_ACPP OFF)
 string(TOUPPER "${XKERNELS_ACPP}" _xk_acpp_opt)
 set(_xk_acpp_reason "")
