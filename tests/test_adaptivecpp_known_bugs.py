@@ -9,6 +9,10 @@ forced), not as silence.
   memory tiles between two barriers in a loop: the shape of xkernels' linear_gemm_tiled, which crashes the same
   way. This is why the acpp backend compiles for omp.library-only, where the same program compiles and computes
   the exact result (checked below).
+* tests/adaptivecpp/sub_group_ids.cpp, omp.library-only: with sub-groups 1 wide, every work-item of a 64-item
+  work-group reports sub-group 0 of 1 instead of sub-group i of 64. Found by tests/test_fuzz.py (layer_norm in
+  place on the acpp backend: all work-items took the same row, and one read an element another had already
+  normalized); the layer_norm kernels now derive their sub-group slot from the local id (xk::sub_group_slot).
 """
 
 from __future__ import annotations
@@ -36,10 +40,12 @@ def _acpp() -> str:
     pytest.skip(why)
 
 
-def _compile(target: str, tmp_path: Path) -> tuple[subprocess.CompletedProcess, Path]:
-    exe = tmp_path / f"tiled_{target.replace('.', '_')}"
+def _compile(
+    target: str, tmp_path: Path, source: str = "tiled_barrier.cpp"
+) -> tuple[subprocess.CompletedProcess, Path]:
+    exe = tmp_path / f"{Path(source).stem}_{target.replace('.', '_')}"
     p = subprocess.run(
-        [_acpp(), "-O2", f"--acpp-targets={target}", str(HERE / "tiled_barrier.cpp"), "-o", str(exe)],
+        [_acpp(), "-O2", f"--acpp-targets={target}", str(HERE / source), "-o", str(exe)],
         capture_output=True,
         text=True,
         timeout=600,
@@ -62,3 +68,14 @@ def test_library_only_target_compiles_and_computes_it_exactly(tmp_path):
     assert p.returncode == 0, p.stdout + p.stderr
     run = subprocess.run([str(exe)], capture_output=True, text=True, timeout=300)
     assert run.returncode == 0 and "wrong 0 of" in run.stdout, run.stdout + run.stderr
+
+
+def test_known_bug_library_only_sub_group_ids_do_not_partition_the_work_group(tmp_path):
+    p, exe = _compile("omp.library-only", tmp_path, "sub_group_ids.cpp")
+    assert p.returncode == 0, p.stdout + p.stderr
+    run = subprocess.run([str(exe)], capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr
+    assert "local 63: lane 0 width 1 sub-group 0 of 1" in run.stdout, (
+        "AdaptiveCpp now reports sub-group ids as SYCL 2020 specifies (expected 'sub-group 63 of 64' for local 63): "
+        f"the known bug looks fixed. Output:\n{run.stdout}"
+    )

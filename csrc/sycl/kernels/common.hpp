@@ -133,6 +133,20 @@ inline A sub_group_sum(const sycl::sub_group& sg, A v) {
   return sycl::reduce_over_group(sg, v, sycl::plus<A>());
 }
 
+// A work-item's place among the sub-groups of its 1-D work-group, from its local id and the sub-group width:
+// sub-group `index` of `count`, lane `lane` of `width`. Kernels that give each sub-group its own rows use this
+// rather than the sub-group's group id and range: AdaptiveCpp's CPU backend (sub-groups 1 wide) reported every
+// work-item as sub-group 0 of 1, so all 64 work-items of a group took the same row (tests/test_fuzz.py found it:
+// layer_norm in place, where a lane then read an element another had already normalized).
+struct SubGroupSlot {
+  int64_t lane, width, index, count;
+};
+inline SubGroupSlot sub_group_slot(const sycl::nd_item<1>& it) {
+  const int64_t width = static_cast<int64_t>(it.get_sub_group().get_local_linear_range());
+  const int64_t local = static_cast<int64_t>(it.get_local_linear_id());
+  return SubGroupSlot{local % width, width, local / width, static_cast<int64_t>(it.get_local_range(0)) / width};
+}
+
 // Sum over the lanes that a work-group launched as "one sub-group" has. Under DPC++ the host sizes such
 // work-groups to one sub-group (required size S), so the sub-group reduction is the whole work-group's;
 // elsewhere (AdaptiveCpp's CPU sub-groups are 1 wide, CUDA's warps 32) the work-group can hold several

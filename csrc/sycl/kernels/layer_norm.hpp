@@ -112,12 +112,10 @@ void layer_norm_fwd::run(item_arg<1> ia, const params<T>& p) {
   using A = acc_t<T>;
   const sycl::nd_item<1> it = item(ia);
   const sycl::sub_group sg = it.get_sub_group();
-  const int64_t lane = sg.get_local_linear_id();
-  const int64_t width = sg.get_local_linear_range();
-  const int64_t per_group = sg.get_group_linear_range();
+  const SubGroupSlot slot = sub_group_slot(it);
+  const int64_t lane = slot.lane, width = slot.width, per_group = slot.count;
   const int64_t stride = static_cast<int64_t>(it.get_group_range(0)) * per_group;
-  for (int64_t row = static_cast<int64_t>(it.get_group(0)) * per_group + sg.get_group_linear_id(); row < M;
-       row += stride) {
+  for (int64_t row = static_cast<int64_t>(it.get_group(0)) * per_group + slot.index; row < M; row += stride) {
     const T* xr = x + row * N;
     // Every pass: lane reads j0 + lane for a uniform j0 (consecutive lanes, consecutive elements: one
     // vector load per step on the CPU device, coalesced on GPUs), whole steps without a per-lane
@@ -195,12 +193,10 @@ void layer_norm_bwd_dx::run(item_arg<1> ia, const params<T>& p) {
   using A = acc_t<T>;
   const sycl::nd_item<1> it = item(ia);
   const sycl::sub_group sg = it.get_sub_group();
-  const int64_t lane = sg.get_local_linear_id();
-  const int64_t width = sg.get_local_linear_range();
-  const int64_t per_group = sg.get_group_linear_range();
+  const SubGroupSlot slot = sub_group_slot(it);
+  const int64_t lane = slot.lane, width = slot.width, per_group = slot.count;
   const int64_t stride = static_cast<int64_t>(it.get_group_range(0)) * per_group;
-  for (int64_t row = static_cast<int64_t>(it.get_group(0)) * per_group + sg.get_group_linear_id(); row < M;
-       row += stride) {
+  for (int64_t row = static_cast<int64_t>(it.get_group(0)) * per_group + slot.index; row < M; row += stride) {
     const T* xr = x + row * N;
     const T* dyr = dy + row * N;
     const A mu = mean[row], rs = rstd[row];
@@ -240,14 +236,11 @@ void layer_norm_bwd_wb_partial::run(item_arg<1> ia, const params<T>& p) {
   const auto rows_per_block = p.rows_per_block;
   using A = acc_t<T>;
   const sycl::nd_item<1> it = item(ia);
-  const sycl::sub_group sg = it.get_sub_group();
-  const int64_t lane = sg.get_local_linear_id();
-  const int64_t width = sg.get_local_linear_range();
-  const int64_t per_group = sg.get_group_linear_range();
+  const SubGroupSlot slot = sub_group_slot(it);
+  const int64_t lane = slot.lane, width = slot.width, per_group = slot.count;
   const int64_t stride = static_cast<int64_t>(it.get_group_range(0)) * per_group;
   const int64_t blocks = (M + rows_per_block - 1) / rows_per_block;
-  for (int64_t blk = static_cast<int64_t>(it.get_group(0)) * per_group + sg.get_group_linear_id(); blk < blocks;
-       blk += stride) {
+  for (int64_t blk = static_cast<int64_t>(it.get_group(0)) * per_group + slot.index; blk < blocks; blk += stride) {
     const int64_t r0 = blk * rows_per_block;
     const int64_t r1 = M < r0 + rows_per_block ? M : r0 + rows_per_block;
     A* pw = part_w ? part_w + blk * N : nullptr;
