@@ -25,7 +25,7 @@ for sub in python/xkernels/*/; do [ -d "$sub" ] && cp -r "$sub" "$PKG/"; done
 rm -f "$PKG"/_C*.so
 
 echo "== building the sanitizer build into $PKG (build dir $BUILD_DIR)"
-XKERNELS_SANITIZE=address,undefined XKERNELS_SYCL=OFF XKERNELS_CUDA=OFF XKERNELS_BUILD_TYPE=RelWithDebInfo \
+XKERNELS_SANITIZE=address,undefined XKERNELS_SYCL=OFF XKERNELS_CUDA=OFF XKERNELS_ACPP=OFF XKERNELS_BUILD_TYPE=RelWithDebInfo \
   XKERNELS_OUTPUT_DIR="$PKG" scripts/dev_build.sh "$BUILD_DIR"
 SO=$(ls "$PKG"/_C*.so)
 ldd "$SO" | grep -q libasan || { echo "sanitize_check: $SO is not linked against libasan"; exit 1; }
