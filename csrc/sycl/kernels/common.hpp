@@ -133,7 +133,8 @@ inline A sub_group_sum(const sycl::sub_group& sg, A v) {
   return sycl::reduce_over_group(sg, v, sycl::plus<A>());
 }
 
-// A work-item's place among the sub-groups of its 1-D work-group, from its local id and the sub-group width:
+// A work-item's place among the sub-groups of its 1-D work-group. Ahead of time, from its local id and the
+// sub-group width:
 // sub-group `index` of `count`, lane `lane` of `width`. Kernels that give each sub-group its own rows use this
 // rather than the sub-group's group id and range: AdaptiveCpp's CPU backend (sub-groups 1 wide) reported every
 // work-item as sub-group 0 of 1, so all 64 work-items of a group took the same row (tests/test_fuzz.py found it:
@@ -142,9 +143,18 @@ struct SubGroupSlot {
   int64_t lane, width, index, count;
 };
 inline SubGroupSlot sub_group_slot(const sycl::nd_item<1>& it) {
+#ifdef XK_RTC
+  // DPC++ reports the slot correctly, and its CPU vectorizer needs the sub-group's own lane id to keep the
+  // row loops' addresses uniform (the local-id form below made layer_norm 5x slower there).
+  const sycl::sub_group sg = it.get_sub_group();
+  return SubGroupSlot{static_cast<int64_t>(sg.get_local_linear_id()), static_cast<int64_t>(sg.get_local_linear_range()),
+                      static_cast<int64_t>(sg.get_group_linear_id()),
+                      static_cast<int64_t>(sg.get_group_linear_range())};
+#else
   const int64_t width = static_cast<int64_t>(it.get_sub_group().get_local_linear_range());
   const int64_t local = static_cast<int64_t>(it.get_local_linear_id());
   return SubGroupSlot{local % width, width, local / width, static_cast<int64_t>(it.get_local_range(0)) / width};
+#endif
 }
 
 // Sum over the lanes that a work-group launched as "one sub-group" has. Under DPC++ the host sizes such
