@@ -174,11 +174,10 @@ def info() -> dict[str, Any]:
             "kernels": list(_C.sycl.kernel_names()),
             # outputs/scratch of SYCL ops on CPU tensors (XKERNELS_HOST_CACHE_MB)
             "host_cache": dict(_C.sycl.host_cache_stats()),
+            # fused_linear_relu forward: the dot kernel up to this many rows, the packed-panel kernel above
+            # (LinearConfig::kDotMaxRows in csrc/sycl/fused_linear_relu.cpp).
+            "linear_dot_max_rows": int(_C.sycl.linear_dot_max_rows()),
         }
-        # fused_linear_relu forward: the dot kernel up to this many rows, the packed-panel kernel above
-        # (LinearConfig::kDotMaxRows), where the native library exports it.
-        if hasattr(_C.sycl, "linear_dot_max_rows"):
-            out["sycl"]["linear_dot_max_rows"] = int(_C.sycl.linear_dot_max_rows())
     return out
 
 
