@@ -13,6 +13,7 @@ import xkernels
 import xkernels.nn as xnn
 from xkernels import models
 from xkernels.parity import tensor_error
+from xkernels.tolerances import MODEL_AGAINST_TORCH
 
 
 def test_resnet50_structure_matches_the_paper():
@@ -39,8 +40,9 @@ def test_calibrate_batchnorm_sets_statistics_and_restores_modes():
     assert all(b.momentum == 0.1 for b in m.modules() if isinstance(b, nn.BatchNorm2d))
     with torch.no_grad():
         h = m.conv1(x)
-    torch.testing.assert_close(m.bn1.running_mean, h.mean((0, 2, 3)), rtol=1e-4, atol=1e-5)
-    torch.testing.assert_close(m.bn1.running_var, h.var((0, 2, 3)), rtol=1e-4, atol=1e-5)
+    rtol, atol = MODEL_AGAINST_TORCH  # batch statistics over N*H*W terms
+    torch.testing.assert_close(m.bn1.running_mean, h.mean((0, 2, 3)), rtol=rtol, atol=atol)
+    torch.testing.assert_close(m.bn1.running_var, h.var((0, 2, 3)), rtol=rtol, atol=atol)
 
 
 def test_encoder_and_mlp_shapes_and_optimize(backend):

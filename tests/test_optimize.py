@@ -14,6 +14,10 @@ import xkernels
 import xkernels.nn as xnn
 from xkernels import models
 from xkernels.parity import tensor_error
+from xkernels.tolerances import MODEL_AGAINST_TORCH, against_torch
+
+# Rewritten modules (folded BatchNorm, conv epilogues) against the torch modules they replace, float32.
+RTOL, ATOL = against_torch(torch.float32)
 
 
 def _small_resnet(seed=0):
@@ -85,7 +89,7 @@ def test_fold_values_are_the_batchnorm_formula():
     assert not f.weight.requires_grad and not f.training
     x = torch.randn(2, 3, 8, 8)
     with torch.no_grad():
-        torch.testing.assert_close(f(x), bn(conv(x)), rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(f(x), bn(conv(x)), rtol=RTOL, atol=ATOL)
     with pytest.raises(ValueError, match="eval mode"):
         xnn.FoldedConv2d.from_conv_bn(conv, bn.train())
 
@@ -124,7 +128,8 @@ def test_train_mode_keeps_batchnorm_and_updates_statistics_as_torch(backend):
         if "num_batches_tracked" in n:
             assert int(b) == int(tb) == 1 + 2, n  # calibration's batch, then two steps
         else:
-            torch.testing.assert_close(b, tb, rtol=1e-4, atol=1e-5, msg=lambda m, n=n: f"{n}: {m}")
+            rtol, atol = MODEL_AGAINST_TORCH
+            torch.testing.assert_close(b, tb, rtol=rtol, atol=atol, msg=lambda m, n=n: f"{n}: {m}")
     assert opt.layer1[0].bn1 is model.layer1[0].bn1
 
 
@@ -153,8 +158,8 @@ def test_fold_only_exclusive_conv_bn_pairs():
     assert type(full.conv2) is xnn.Conv2dEpilogue and not full.conv2.relu and full.conv2.folded_batchnorm
     x = torch.randn(2, 3, 6, 6)
     with torch.no_grad():
-        torch.testing.assert_close(opt(x), m(x), rtol=1e-5, atol=1e-5)
-        torch.testing.assert_close(full(x), m(x), rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(opt(x), m(x), rtol=RTOL, atol=ATOL)
+        torch.testing.assert_close(full(x), m(x), rtol=RTOL, atol=ATOL)
 
 
 def test_untraceable_module_is_left_alone():
@@ -244,7 +249,7 @@ def test_sequential_epilogue_keeps_sequential():
     assert [r[1] for r in report if r[2] == "xkernels.nn.Conv2dEpilogue"] == ["conv2d+ReLU", "conv2d+ReLU"]
     x = torch.randn(2, 3, 5, 5)
     with torch.no_grad():
-        torch.testing.assert_close(opt(x), seq(x), rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(opt(x), seq(x), rtol=RTOL, atol=ATOL)
     assert type(seq[0]) is nn.Conv2d and type(seq[1]) is nn.BatchNorm2d  # original untouched
 
 
@@ -264,7 +269,7 @@ def test_epilogue_functional_relu_and_add_orders():
     assert type(opt.a) is xnn.Conv2dEpilogue and type(opt.b) is xnn.Conv2dEpilogue
     x = torch.randn(2, 4, 5, 5)
     with torch.no_grad():
-        torch.testing.assert_close(opt(x), m(x), rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(opt(x), m(x), rtol=RTOL, atol=ATOL)
     # Train-mode models are not rewritten (exact module semantics).
     t = xkernels.optimize(Block().train())
     assert type(t.a) is xnn.Conv2d and not isinstance(t, torch.fx.GraphModule)
