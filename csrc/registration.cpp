@@ -96,6 +96,33 @@ at::Tensor fused_linear_relu_packed_autograd(const at::Tensor& input, const at::
   return op.call(input, packed_weight, bias, std::move(out_features));
 }
 
+// conv2d_packed under autograd: not differentiable (the packed copy is not the module's parameter), as
+// fused_linear_relu_packed.
+at::Tensor conv2d_packed_autograd(const at::Tensor& input, const at::Tensor& packed_weight,
+                                  c10::SymIntArrayRef weight_shape, const std::optional<at::Tensor>& bias,
+                                  c10::SymIntArrayRef stride, c10::SymIntArrayRef padding, c10::SymIntArrayRef dilation,
+                                  c10::SymInt groups, const std::optional<at::Tensor>& residual, bool relu) {
+  if (at::GradMode::is_enabled()) {
+    const std::pair<const char*, const at::Tensor*> args[] = {{"input", &input},
+                                                              {"packed_weight", &packed_weight},
+                                                              {"bias", bias ? &*bias : nullptr},
+                                                              {"residual", residual ? &*residual : nullptr}};
+    for (const auto& [name, t] : args)
+      TORCH_CHECK(t == nullptr || !t->defined() || !t->requires_grad(),
+                  "xkernels.conv2d_packed: not differentiable (inference only), but argument '", name,
+                  "' requires grad; call it under torch.no_grad() / torch.inference_mode(), or use "
+                  "conv2d / conv2d_relu with the unpacked weight to differentiate");
+  }
+  static auto op = c10::Dispatcher::singleton()
+                       .findSchemaOrThrow("xkernels::conv2d_packed", "")
+                       .typed<at::Tensor(const at::Tensor&, const at::Tensor&, c10::SymIntArrayRef,
+                                         const std::optional<at::Tensor>&, c10::SymIntArrayRef, c10::SymIntArrayRef,
+                                         c10::SymIntArrayRef, c10::SymInt, const std::optional<at::Tensor>&, bool)>();
+  at::AutoDispatchBelowADInplaceOrView below;
+  return op.call(input, packed_weight, weight_shape, bias, stride, padding, dilation, std::move(groups), residual,
+                 relu);
+}
+
 }  // namespace
 }  // namespace xkernels
 
@@ -116,6 +143,19 @@ TORCH_LIBRARY(xkernels, m) {
   m.def(
       "conv2d(Tensor input, Tensor weight, Tensor? bias=None, SymInt[2] stride=1, SymInt[2] padding=0, "
       "SymInt[2] dilation=1, SymInt groups=1) -> Tensor");
+  // relu(F.conv2d(input, weight, bias, ...) + residual) in one op (residual optional, the output's shape): the
+  // conv + [BatchNorm folded into weight/bias] + [residual add] + ReLU chains of CNN inference (xkernels.optimize).
+  m.def(
+      "conv2d_relu(Tensor input, Tensor weight, Tensor? bias=None, SymInt[2] stride=1, SymInt[2] padding=0, "
+      "SymInt[2] dilation=1, SymInt groups=1, Tensor? residual=None) -> Tensor");
+  // The weight [O, C/groups, KH, KW] packed for conv2d_packed (the SYCL CPU kernels' layout, shapes.h
+  // conv2d_pack_layout): a flat tensor. CPU tensors only; not differentiable.
+  m.def("pack_conv2d_weight(Tensor weight, SymInt groups=1) -> Tensor");
+  // conv2d (relu=False) or conv2d_relu (relu=True) with a weight from pack_conv2d_weight (weight_shape = the
+  // original weight's shape). CPU tensors only; inference only (arguments that require grad raise in grad mode).
+  m.def(
+      "conv2d_packed(Tensor input, Tensor packed_weight, SymInt[4] weight_shape, Tensor? bias, SymInt[2] stride, "
+      "SymInt[2] padding, SymInt[2] dilation, SymInt groups, Tensor? residual=None, bool relu=False) -> Tensor");
   // F.conv2d with padding='same' | 'valid' (composite: pads the odd remainder, then calls conv2d).
   m.def(
       "conv2d.padding(Tensor input, Tensor weight, Tensor? bias=None, SymInt[2] stride=1, str padding=\"valid\", "
@@ -147,4 +187,5 @@ TORCH_LIBRARY(xkernels, m) {
   m.impl("layer_norm", c10::DispatchKey::CompositeImplicitAutograd, TORCH_FN(xkernels::layer_norm_composite));
   m.impl("layer_norm.out", c10::DispatchKey::Autograd, TORCH_FN(xkernels::layer_norm_out_autograd));
   m.impl("fused_linear_relu_packed", c10::DispatchKey::Autograd, TORCH_FN(xkernels::fused_linear_relu_packed_autograd));
+  m.impl("conv2d_packed", c10::DispatchKey::Autograd, TORCH_FN(xkernels::conv2d_packed_autograd));
 }

@@ -97,20 +97,19 @@ LinearProblem check_fused_linear_relu_packed(const at::Tensor& input, const at::
 }
 
 // ---------------------------------------------------------------- conv2d
-static Conv2dProblem conv2d_problem(const char* op, const at::Tensor& input, const at::Tensor& weight,
-                                    at::IntArrayRef stride, at::IntArrayRef padding, at::IntArrayRef dilation,
-                                    int64_t groups) {
-  check_defined(op, "input", input);
-  check_defined(op, "weight", weight);
-  check_dtype_supported(op, "input", input);
-  check_same_dtype_device(op, "weight", weight, "input", input);
+// The problem of `input` convolved with a weight of sizes `wsizes` (named `wname` in errors); the output
+// is channels_last when the input suggests it or `weight_channels_last`.
+static Conv2dProblem conv2d_problem_sizes(const char* op, const at::Tensor& input, at::IntArrayRef wsizes,
+                                          const char* wname, bool weight_channels_last, at::IntArrayRef stride,
+                                          at::IntArrayRef padding, at::IntArrayRef dilation, int64_t groups) {
   check_pair(op, "stride", stride);
   check_pair(op, "padding", padding);
   check_pair(op, "dilation", dilation);
   XK_CHECK_VALUE(input.dim() == 3 || input.dim() == 4, op,
                  "argument 'input' must be 3-D (unbatched [C, H, W]) or 4-D ([N, C, H, W]), got ", input.dim(),
                  "-D tensor of shape ", input.sizes());
-  check_dim(op, "weight", weight, 4);
+  XK_CHECK_VALUE(wsizes.size() == 4, op, "argument '", wname, "' must be 4-D, got ", wsizes.size(),
+                 "-D tensor of shape ", wsizes);
   XK_CHECK_VALUE(stride[0] > 0 && stride[1] > 0, op, "argument 'stride' must be positive, got ", stride);
   XK_CHECK_VALUE(dilation[0] > 0 && dilation[1] > 0, op, "argument 'dilation' must be positive, got ", dilation);
   XK_CHECK_VALUE(padding[0] >= 0 && padding[1] >= 0, op, "argument 'padding' must be non-negative, got ", padding);
@@ -123,9 +122,11 @@ static Conv2dProblem conv2d_problem(const char* op, const at::Tensor& input, con
   p.C = input.size(off);
   p.H = input.size(off + 1);
   p.W = input.size(off + 2);
-  p.O = weight.size(0);
-  p.KH = weight.size(2);
-  p.KW = weight.size(3);
+  XK_CHECK_VALUE(wsizes[0] >= 0 && wsizes[1] >= 0 && wsizes[2] >= 0 && wsizes[3] >= 0, op, "argument '", wname,
+                 "' must have non-negative sizes, got ", wsizes);
+  p.O = wsizes[0];
+  p.KH = wsizes[2];
+  p.KW = wsizes[3];
   p.groups = groups;
   p.stride = {stride[0], stride[1]};
   p.padding = {padding[0], padding[1]};
@@ -134,31 +135,175 @@ static Conv2dProblem conv2d_problem(const char* op, const at::Tensor& input, con
   XK_CHECK_VALUE(p.C % groups == 0, op, "argument 'groups'=", groups, " must divide the input channels C=", p.C);
   XK_CHECK_VALUE(p.O % groups == 0, op, "argument 'groups'=", groups,
                  " must divide the output channels weight.size(0)=", p.O);
-  XK_CHECK_VALUE(weight.size(1) * groups == p.C, op, "argument 'weight' has shape ", weight.sizes(),
+  XK_CHECK_VALUE(wsizes[1] * groups == p.C, op, "argument '", wname, "' has shape ", wsizes,
                  ": expected weight.size(1) = C/groups = ", p.C, "/", groups, " = ", p.C / groups,
                  " for input of shape ", input.sizes());
   const int64_t eff_kh = p.dilation[0] * (p.KH - 1) + 1, eff_kw = p.dilation[1] * (p.KW - 1) + 1;
   const int64_t ph = p.H + 2 * p.padding[0], pw = p.W + 2 * p.padding[1];
-  XK_CHECK_VALUE(eff_kh <= ph && eff_kw <= pw, op, "argument 'weight': the dilated kernel size (", eff_kh, ", ", eff_kw,
-                 ") is larger than the padded input size (", ph, ", ", pw, ") for input of shape ", input.sizes(),
-                 ", padding ", padding, ", dilation ", dilation);
+  XK_CHECK_VALUE(eff_kh <= ph && eff_kw <= pw, op, "argument '", wname, "': the dilated kernel size (", eff_kh, ", ",
+                 eff_kw, ") is larger than the padded input size (", ph, ", ", pw, ") for input of shape ",
+                 input.sizes(), ", padding ", padding, ", dilation ", dilation);
   p.OH = (ph - eff_kh) / p.stride[0] + 1;
   p.OW = (pw - eff_kw) / p.stride[1] + 1;
   // PyTorch's rule for CPU (mkldnn / slow2d) and CUDA (cuDNN): the output is channels_last
   // when the input or the weight suggests channels_last.
-  p.channels_last = p.batched && (input.suggest_memory_format() == at::MemoryFormat::ChannelsLast ||
-                                  weight.suggest_memory_format() == at::MemoryFormat::ChannelsLast);
+  p.channels_last =
+      p.batched && (input.suggest_memory_format() == at::MemoryFormat::ChannelsLast || weight_channels_last);
   return p;
+}
+
+static Conv2dProblem conv2d_problem(const char* op, const at::Tensor& input, const at::Tensor& weight,
+                                    at::IntArrayRef stride, at::IntArrayRef padding, at::IntArrayRef dilation,
+                                    int64_t groups) {
+  check_defined(op, "input", input);
+  check_defined(op, "weight", weight);
+  check_dtype_supported(op, "input", input);
+  check_same_dtype_device(op, "weight", weight, "input", input);
+  check_dim(op, "weight", weight, 4);
+  return conv2d_problem_sizes(op, input, weight.sizes(), "weight",
+                              weight.suggest_memory_format() == at::MemoryFormat::ChannelsLast, stride, padding,
+                              dilation, groups);
+}
+
+static void check_conv2d_bias(const char* op, const at::Tensor& input, const std::optional<at::Tensor>& bias,
+                              const Conv2dProblem& p) {
+  check_optional_same(op, "bias", bias, "input", input);
+  if (present(bias)) {
+    XK_CHECK_VALUE(bias->dim() == 1 && bias->size(0) == p.O, op, "argument 'bias' must have shape [", p.O,
+                   "] (out_channels), got ", bias->sizes());
+  }
 }
 
 Conv2dProblem check_conv2d(const at::Tensor& input, const at::Tensor& weight, const std::optional<at::Tensor>& bias,
                            at::IntArrayRef stride, at::IntArrayRef padding, at::IntArrayRef dilation, int64_t groups) {
   const char* op = "conv2d";
   Conv2dProblem p = conv2d_problem(op, input, weight, stride, padding, dilation, groups);
-  check_optional_same(op, "bias", bias, "input", input);
-  if (present(bias)) {
-    XK_CHECK_VALUE(bias->dim() == 1 && bias->size(0) == p.O, op, "argument 'bias' must have shape [", p.O,
-                   "] (out_channels), got ", bias->sizes());
+  check_conv2d_bias(op, input, bias, p);
+  return p;
+}
+
+Conv2dProblem check_conv2d_relu(const at::Tensor& input, const at::Tensor& weight,
+                                const std::optional<at::Tensor>& bias, at::IntArrayRef stride, at::IntArrayRef padding,
+                                at::IntArrayRef dilation, int64_t groups, const std::optional<at::Tensor>& residual) {
+  const char* op = "conv2d_relu";
+  Conv2dProblem p = conv2d_problem(op, input, weight, stride, padding, dilation, groups);
+  check_conv2d_bias(op, input, bias, p);
+  check_optional_same(op, "residual", residual, "input", input);
+  if (present(residual)) {
+    const auto expect = p.out_sizes();
+    XK_CHECK_VALUE(residual->sizes() == at::IntArrayRef(expect), op,
+                   "argument 'residual' must have the output's shape ", at::IntArrayRef(expect), ", got ",
+                   residual->sizes());
+  }
+  return p;
+}
+
+// ---- pre-packed conv2d weights
+Conv2dPackLayout conv2d_pack_layout(at::IntArrayRef weight_shape, int64_t groups, at::ScalarType dtype) {
+  Conv2dPackLayout l;
+  const int64_t O = weight_shape[0], Cpg = weight_shape[1], KH = weight_shape[2], KW = weight_shape[3];
+  const int64_t Opg = O / groups;
+  l.lanes = conv2d_pack_lanes(dtype);
+  l.group_lanes = conv2d_group_lanes_pay(l.lanes, groups, Opg);
+  if (l.group_lanes) {
+    l.pad = ceil_div(groups, l.lanes) * l.lanes;
+    l.numel = KH * KW * Cpg * Opg * l.pad;
+  } else {
+    const int64_t vec = l.lanes * conv2d_channel_vectors(Opg);
+    l.pad = ceil_div(Opg, vec) * vec;
+    l.numel = groups * KH * KW * Cpg * l.pad + 1;
+  }
+  return l;
+}
+
+static at::Tensor zeros_with(Conv2dAlloc alloc, at::IntArrayRef sizes, const at::TensorOptions& opts) {
+  return (alloc != nullptr ? alloc(sizes, opts) : at::empty(sizes, opts)).zero_();
+}
+
+at::Tensor conv2d_pack_igemm(const at::Tensor& weight, int64_t groups, bool transposed, int64_t dst_pad,
+                             Conv2dAlloc alloc) {
+  const int64_t G = groups, Opg = weight.size(0) / G, Cpg = weight.size(1), KH = weight.size(2), KW = weight.size(3);
+  const at::Tensor w5 = weight.reshape({G, Opg, Cpg, KH, KW});
+  const at::Tensor src = transposed ? w5.permute({0, 3, 4, 1, 2}) : w5.permute({0, 3, 4, 2, 1});
+  const int64_t src_ch = transposed ? Opg : Cpg, dst_ch = transposed ? Cpg : Opg;
+  const int64_t body = G * KH * KW * src_ch * dst_pad;
+  at::Tensor packed = zeros_with(alloc, {body + 1}, weight.options());
+  packed.narrow(0, 0, body).view({G, KH, KW, src_ch, dst_pad}).narrow(4, 0, dst_ch).copy_(src);
+  return packed;
+}
+
+at::Tensor conv2d_pack_igemm_groups(const at::Tensor& weight, int64_t groups, bool transposed, int64_t g_pad,
+                                    Conv2dAlloc alloc) {
+  const int64_t G = groups, Opg = weight.size(0) / G, Cpg = weight.size(1), KH = weight.size(2), KW = weight.size(3);
+  const at::Tensor w5 = weight.reshape({G, Opg, Cpg, KH, KW});
+  const at::Tensor src = transposed ? w5.permute({3, 4, 1, 2, 0}) : w5.permute({3, 4, 2, 1, 0});
+  const int64_t src_ch = transposed ? Opg : Cpg, dst_ch = transposed ? Cpg : Opg;
+  at::Tensor packed = zeros_with(alloc, {KH, KW, src_ch, dst_ch, g_pad}, weight.options());
+  packed.narrow(4, 0, G).copy_(src);
+  return packed;
+}
+
+at::Tensor conv2d_pack(const at::Tensor& weight, int64_t groups) {
+  const Conv2dPackLayout l = conv2d_pack_layout(weight.sizes(), groups, weight.scalar_type());
+  return l.group_lanes ? conv2d_pack_igemm_groups(weight, groups, false, l.pad).view({-1})
+                       : conv2d_pack_igemm(weight, groups, false, l.pad);
+}
+
+at::Tensor conv2d_unpack(const at::Tensor& packed, at::IntArrayRef weight_shape, int64_t groups) {
+  const Conv2dPackLayout l = conv2d_pack_layout(weight_shape, groups, packed.scalar_type());
+  const int64_t G = groups, O = weight_shape[0], Opg = O / G, Cpg = weight_shape[1];
+  const int64_t KH = weight_shape[2], KW = weight_shape[3];
+  if (l.group_lanes)  // [KH, KW, Cpg, Opg, G_pad] -> [G, Opg, Cpg, KH, KW]
+    return packed.view({KH, KW, Cpg, Opg, l.pad}).narrow(4, 0, G).permute({4, 3, 2, 0, 1}).reshape(weight_shape);
+  // [G, KH, KW, Cpg, Opg_pad] (+ 1) -> [G, Opg, Cpg, KH, KW]
+  return packed.narrow(0, 0, l.numel - 1)
+      .view({G, KH, KW, Cpg, l.pad})
+      .narrow(4, 0, Opg)
+      .permute({0, 4, 3, 1, 2})
+      .reshape(weight_shape);
+}
+
+void check_pack_conv2d_weight(const at::Tensor& weight, int64_t groups) {
+  const char* op = "pack_conv2d_weight";
+  check_defined(op, "weight", weight);
+  check_dtype_supported(op, "weight", weight);
+  check_dim(op, "weight", weight, 4);
+  XK_CHECK(weight.device().is_cpu(), op,
+           "argument 'weight' must be a CPU tensor (packed weights are for the CPU "
+           "backends), got ",
+           describe(weight));
+  XK_CHECK_VALUE(groups > 0, op, "argument 'groups' must be positive, got ", groups);
+  XK_CHECK_VALUE(weight.size(0) % groups == 0, op, "argument 'groups'=", groups,
+                 " must divide the output channels weight.size(0)=", weight.size(0));
+}
+
+Conv2dProblem check_conv2d_packed(const at::Tensor& input, const at::Tensor& packed_weight,
+                                  at::IntArrayRef weight_shape, const std::optional<at::Tensor>& bias,
+                                  at::IntArrayRef stride, at::IntArrayRef padding, at::IntArrayRef dilation,
+                                  int64_t groups, const std::optional<at::Tensor>& residual) {
+  const char* op = "conv2d_packed";
+  check_defined(op, "input", input);
+  check_defined(op, "packed_weight", packed_weight);
+  check_dtype_supported(op, "input", input);
+  check_same_dtype_device(op, "packed_weight", packed_weight, "input", input);
+  XK_CHECK(input.device().is_cpu(), op,
+           "argument 'input' must be a CPU tensor (packed weights are for the CPU "
+           "backends), got ",
+           describe(input));
+  Conv2dProblem p =
+      conv2d_problem_sizes(op, input, weight_shape, "weight_shape", false, stride, padding, dilation, groups);
+  const int64_t numel = conv2d_pack_layout(weight_shape, groups, input.scalar_type()).numel;
+  XK_CHECK_VALUE(packed_weight.dim() == 1 && packed_weight.numel() == numel && packed_weight.is_contiguous(), op,
+                 "argument 'packed_weight' must be what pack_conv2d_weight returns for a weight of shape ",
+                 weight_shape, " and groups=", groups, ": a contiguous 1-D tensor of ", numel, " elements, got ",
+                 describe(packed_weight));
+  check_conv2d_bias(op, input, bias, p);
+  check_optional_same(op, "residual", residual, "input", input);
+  if (present(residual)) {
+    const auto expect = p.out_sizes();
+    XK_CHECK_VALUE(residual->sizes() == at::IntArrayRef(expect), op,
+                   "argument 'residual' must have the output's shape ", at::IntArrayRef(expect), ", got ",
+                   residual->sizes());
   }
   return p;
 }

@@ -43,12 +43,15 @@ struct Strides4 {
 // with g = o / Og, ih = oh*stride_h - pad_h + kh*dilation_h (likewise iw); out-of-range
 // input positions are the zero padding, multiplied like any other value (so a NaN or Inf
 // weight makes the border outputs NaN, as in PyTorch's float32/float64 convolutions).
-at::Tensor conv2d(const at::Tensor& input, const at::Tensor& weight, const at::Tensor& bias, const Conv2dProblem& p) {
+// conv2d_relu: out = relu(that sum + residual[n, o, oh, ow]), formed in acc and rounded once (ReLU keeps NaN).
+static at::Tensor conv2d_impl(const at::Tensor& input, const at::Tensor& weight, const at::Tensor& bias,
+                              const at::Tensor& residual, bool relu, const Conv2dProblem& p) {
   const at::Tensor x = conv2d_as_4d_dense(input, p);
+  const at::Tensor r = residual.defined() ? conv2d_as_4d_dense(residual, p) : at::Tensor();
   const at::Tensor w = weight.contiguous(memory_format(p));
   const at::Tensor b = contiguous_if_defined(bias);
   at::Tensor out = at::empty({p.N, p.O, p.OH, p.OW}, x.options().memory_format(memory_format(p)));
-  const Strides4 xs(x), ws(w), ys(out);
+  const Strides4 xs(x), ws(w), ys(out), rs(r.defined() ? r : out);
   const int64_t H = p.H, W = p.W, O = p.O, KH = p.KH, KW = p.KW, OH = p.OH, OW = p.OW;
   const int64_t Cg = p.C_per_group(), Og = p.O_per_group();
   const int64_t sh = p.stride[0], sw = p.stride[1], ph = p.padding[0], pw = p.padding[1];
@@ -58,6 +61,7 @@ at::Tensor conv2d(const at::Tensor& input, const at::Tensor& weight, const at::T
     const scalar_t* X = x.const_data_ptr<scalar_t>();
     const scalar_t* Wt = w.const_data_ptr<scalar_t>();
     const scalar_t* B = b.defined() ? b.const_data_ptr<scalar_t>() : nullptr;
+    const scalar_t* Res = r.defined() ? r.const_data_ptr<scalar_t>() : nullptr;
     scalar_t* Y = out.mutable_data_ptr<scalar_t>();
     // One task item = one output row (n, oh).
     at::parallel_for(0, p.N * OH, grain_for(OW * O * Cg * KH * KW), [&](int64_t begin, int64_t end) {
@@ -80,6 +84,8 @@ at::Tensor conv2d(const at::Tensor& input, const at::Tensor& weight, const at::T
               }
             }
             if (B) sum += static_cast<acc>(B[o]);
+            if (Res) sum += static_cast<acc>(Res[rs(n, o, oh, ow)]);
+            if (relu && sum < acc(0)) sum = acc(0);
             Y[ys(n, o, oh, ow)] = static_cast<scalar_t>(sum);
           }
         }
@@ -87,6 +93,24 @@ at::Tensor conv2d(const at::Tensor& input, const at::Tensor& weight, const at::T
     });
   });
   return p.batched ? out : out.view(p.out_sizes());
+}
+
+at::Tensor conv2d(const at::Tensor& input, const at::Tensor& weight, const at::Tensor& bias, const Conv2dProblem& p) {
+  return conv2d_impl(input, weight, bias, at::Tensor(), /*relu=*/false, p);
+}
+
+at::Tensor conv2d_relu(const at::Tensor& input, const at::Tensor& weight, const at::Tensor& bias,
+                       const at::Tensor& residual, const Conv2dProblem& p) {
+  return conv2d_impl(input, weight, bias, residual, /*relu=*/true, p);
+}
+
+// Packed weights: the layout of shapes.h; the oracle unpacks and convolves as above.
+at::Tensor pack_conv2d_weight(const at::Tensor& weight, int64_t groups) { return conv2d_pack(weight, groups); }
+
+at::Tensor conv2d_packed(const at::Tensor& input, const at::Tensor& packed_weight, const at::Tensor& bias,
+                         const at::Tensor& residual, bool relu, const Conv2dProblem& p) {
+  const at::Tensor weight = conv2d_unpack(packed_weight, {p.O, p.C_per_group(), p.KH, p.KW}, p.groups);
+  return conv2d_impl(input, weight, bias, residual, relu, p);
 }
 
 // With dy = grad_output:

@@ -14,6 +14,9 @@ TORCH_LIBRARY_IMPL(xkernels, CPU, m) {
   m.impl("pack_linear_weight", &entry::pack_linear_weight<choose_cpu_backend>);
   m.impl("fused_linear_relu_packed", &entry::fused_linear_relu_packed<choose_cpu_backend>);
   m.impl("conv2d", &entry::conv2d<choose_cpu_backend>);
+  m.impl("conv2d_relu", &entry::conv2d_relu<choose_cpu_backend>);
+  m.impl("pack_conv2d_weight", &entry::pack_conv2d_weight<choose_cpu_backend>);
+  m.impl("conv2d_packed", &entry::conv2d_packed<choose_cpu_backend>);
   m.impl("conv2d_backward", &entry::conv2d_backward<choose_cpu_backend>);
   m.impl("layer_norm_forward", &entry::layer_norm_forward<choose_cpu_backend>);
   m.impl("layer_norm.out", &entry::layer_norm_out<choose_cpu_backend>);

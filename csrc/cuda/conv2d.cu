@@ -45,21 +45,26 @@ at::MemoryFormat problem_format(const Conv2dProblem& p) {
   return p.channels_last ? at::MemoryFormat::ChannelsLast : at::MemoryFormat::Contiguous;
 }
 
-template <typename scalar_t, bool CL>
-void conv2d_forward_impl(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b, at::Tensor& y,
-                         const Conv2dProblem& p, cudaStream_t stream) {
+// conv2d, or conv2d_relu (RELU: relu(conv + bias + r), r undefined or laid out exactly as y).
+template <typename scalar_t, bool CL, bool RELU>
+void conv2d_forward_impl(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b, const at::Tensor& r,
+                         at::Tensor& y, const Conv2dProblem& p, cudaStream_t stream) {
   using T = cuda_t<scalar_t>;
+  const char* op = RELU ? "conv2d_relu" : "conv2d";
   const k::ConvGeometry geo = geometry(p);
   const k::ConvWeightA<T, CL> a{data_in<scalar_t>(w), strides4(w), geo};
   const k::ConvInputPatchB<T, CL> bp{data_in<scalar_t>(x), strides4(x), geo};
   const int64_t M = geo.Og, N = p.N * p.OH * p.OW, K = geo.Cg * p.KH * p.KW;
+  const T* res = r.defined() ? data_in<scalar_t>(r) : nullptr;
   if (b.defined())
-    run_gemm<T>("conv2d", p.groups, M, N, K, a, bp,
-                k::ConvOutputEpilogue<T, true>{data_out<scalar_t>(y), strides4(y), data_in<scalar_t>(b), geo}, x,
-                stream);
+    run_gemm<T>(
+        op, p.groups, M, N, K, a, bp,
+        k::ConvOutputEpilogue<T, true, RELU>{data_out<scalar_t>(y), strides4(y), data_in<scalar_t>(b), geo, res}, x,
+        stream);
   else
-    run_gemm<T>("conv2d", p.groups, M, N, K, a, bp,
-                k::ConvOutputEpilogue<T, false>{data_out<scalar_t>(y), strides4(y), nullptr, geo}, x, stream);
+    run_gemm<T>(op, p.groups, M, N, K, a, bp,
+                k::ConvOutputEpilogue<T, false, RELU>{data_out<scalar_t>(y), strides4(y), nullptr, geo, res}, x,
+                stream);
 }
 
 template <typename scalar_t, bool CL>
@@ -88,23 +93,35 @@ void conv2d_backward_impl(const at::Tensor& dy, const at::Tensor& x, const at::T
   }
 }
 
-}  // namespace
-
-at::Tensor conv2d(const at::Tensor& input, const at::Tensor& weight, const at::Tensor& bias, const Conv2dProblem& p) {
+template <bool RELU>
+at::Tensor forward(const at::Tensor& input, const at::Tensor& weight, const at::Tensor& bias,
+                   const at::Tensor& residual, const Conv2dProblem& p) {
   const c10::cuda::CUDAGuard guard(input.device());
   const cudaStream_t stream = c10::cuda::getCurrentCUDAStream().stream();
   const auto fmt = problem_format(p);
   const at::Tensor x = conv2d_as_4d_dense(input, p);
   const at::Tensor w = weight.contiguous(fmt);
   const at::Tensor b = contiguous_if_defined(bias);
+  const at::Tensor r = residual.defined() ? conv2d_as_4d_dense(residual, p) : at::Tensor();
   at::Tensor y = at::empty({p.N, p.O, p.OH, p.OW}, input.options().memory_format(fmt));
-  XK_DISPATCH_FLOATING_TYPES(input.scalar_type(), "xkernels.conv2d", [&] {
+  XK_DISPATCH_FLOATING_TYPES(input.scalar_type(), RELU ? "xkernels.conv2d_relu" : "xkernels.conv2d", [&] {
     if (p.channels_last)
-      conv2d_forward_impl<scalar_t, true>(x, w, b, y, p, stream);
+      conv2d_forward_impl<scalar_t, true, RELU>(x, w, b, r, y, p, stream);
     else
-      conv2d_forward_impl<scalar_t, false>(x, w, b, y, p, stream);
+      conv2d_forward_impl<scalar_t, false, RELU>(x, w, b, r, y, p, stream);
   });
   return p.batched ? y : y.squeeze(0);
+}
+
+}  // namespace
+
+at::Tensor conv2d(const at::Tensor& input, const at::Tensor& weight, const at::Tensor& bias, const Conv2dProblem& p) {
+  return forward<false>(input, weight, bias, at::Tensor(), p);
+}
+
+at::Tensor conv2d_relu(const at::Tensor& input, const at::Tensor& weight, const at::Tensor& bias,
+                       const at::Tensor& residual, const Conv2dProblem& p) {
+  return forward<true>(input, weight, bias, residual, p);
 }
 
 std::tuple<at::Tensor, at::Tensor, at::Tensor> conv2d_backward(const at::Tensor& grad_output, const at::Tensor& input,

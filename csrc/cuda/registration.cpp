@@ -41,6 +41,7 @@ TORCH_LIBRARY_IMPL(xkernels, CUDA, m) {
   m.impl("fused_linear_relu", &entry::fused_linear_relu<choose_cuda_backend>);
   m.impl("fused_linear_relu_backward", &entry::fused_linear_relu_backward<choose_cuda_backend>);
   m.impl("conv2d", &entry::conv2d<choose_cuda_backend>);
+  m.impl("conv2d_relu", &entry::conv2d_relu<choose_cuda_backend>);
   m.impl("conv2d_backward", &entry::conv2d_backward<choose_cuda_backend>);
   m.impl("layer_norm_forward", &entry::layer_norm_forward<choose_cuda_backend>);
   m.impl("layer_norm_backward", &entry::layer_norm_backward<choose_cuda_backend>);

@@ -8,7 +8,8 @@
 // converts it when it is not. Outputs are written directly in the problem's memory format
 // (p.channels_last: NHWC, else NCHW), 3-D when the input was unbatched. The weight is packed
 // per call into [G, KH, KW, C/G, O/G padded] (the destination channel innermost, zero padded
-// to whole lane vectors) plus one trailing zero that out-of-image taps read.
+// to whole lane vectors) plus one trailing zero that out-of-image taps read (shapes.h, conv2d_pack_*),
+// or comes packed once by pack_conv2d_weight (conv2d_packed).
 #include <ATen/ATen.h>
 
 #include <algorithm>
@@ -37,7 +38,7 @@ struct Conv2dConfig {
   static constexpr int kNarrowR = 8, kNarrowQ = 1;
   // The wide tile is used from this many destination channels per group (at 48 a quarter
   // of its lanes idle; below that the narrow tile does less wasted work).
-  static constexpr int64_t kWideMinChannels = 48;
+  static constexpr int64_t kWideMinChannels = kConv2dWideMinChannels;  // shapes.h: the packed layout's rule
   // Lanes over groups (conv2d_igemm_groups) when that keeps more lanes busy than lanes over
   // the channels of one group (depthwise: 16 of 16 instead of 1 of 16); R pixels per
   // work-group, R accumulators per lane.
@@ -99,6 +100,7 @@ struct Tile {
   int R, Q;
 };
 Tile igemm_tile(int64_t channels_per_group) {
+  static_assert(Conv2dConfig::kWideQ == 4 && Conv2dConfig::kNarrowQ == 1, "shapes.h conv2d_channel_vectors");
   return channels_per_group >= Conv2dConfig::kWideMinChannels ? Tile{Conv2dConfig::kWideR, Conv2dConfig::kWideQ}
                                                               : Tile{Conv2dConfig::kNarrowR, Conv2dConfig::kNarrowQ};
 }
@@ -115,65 +117,43 @@ void with_tile(Tile t, F&& f) {
 // `t` (4-D, or 3-D unbatched) as a 4-D view.
 at::Tensor as_4d(const at::Tensor& t) { return t.dim() == 3 ? t.unsqueeze(0) : t; }
 
-// The weight [O, C/G, KH, KW] packed for conv2d_igemm, flattened, with one trailing zero:
-// forward [G, KH, KW, C/G, O/G -> dst_pad], grad_input [G, KH, KW, O/G, C/G -> dst_pad].
-at::Tensor pack_weight(const at::Tensor& weight, const Conv2dProblem& p, bool transposed, int64_t dst_pad) {
-  const int64_t G = p.groups, Opg = p.O_per_group(), Cpg = p.C_per_group();
-  const at::Tensor w5 = weight.reshape({G, Opg, Cpg, p.KH, p.KW});
-  const at::Tensor src = transposed ? w5.permute({0, 3, 4, 1, 2}) : w5.permute({0, 3, 4, 2, 1});
-  const int64_t src_ch = transposed ? Opg : Cpg, dst_ch = transposed ? Cpg : Opg;
-  const int64_t body = G * p.KH * p.KW * src_ch * dst_pad;
-  at::Tensor packed = empty({body + 1}, weight.options()).zero_();
-  packed.narrow(0, 0, body).view({G, p.KH, p.KW, src_ch, dst_pad}).narrow(4, 0, dst_ch).copy_(src);
-  return packed;
-}
-
-// The weight packed for conv2d_igemm_groups: forward [KH, KW, C/G, O/G, G -> g_pad],
-// grad_input [KH, KW, O/G, C/G, G -> g_pad].
-at::Tensor pack_weight_groups(const at::Tensor& weight, const Conv2dProblem& p, bool transposed, int64_t g_pad) {
-  const int64_t G = p.groups, Opg = p.O_per_group(), Cpg = p.C_per_group();
-  const at::Tensor w5 = weight.reshape({G, Opg, Cpg, p.KH, p.KW});
-  const at::Tensor src = transposed ? w5.permute({3, 4, 1, 2, 0}) : w5.permute({3, 4, 2, 1, 0});
-  const int64_t src_ch = transposed ? Opg : Cpg, dst_ch = transposed ? Cpg : Opg;
-  at::Tensor packed = empty({p.KH, p.KW, src_ch, dst_ch, g_pad}, weight.options()).zero_();
-  packed.narrow(4, 0, G).copy_(src);
-  return packed;
-}
-
-// Lanes over groups keep more lanes busy than lanes over the dst_pg channels of one group.
-bool group_lanes_pay(int64_t S, int64_t G, int64_t dst_pg) {
-  // G / (G rounded up to S)  >  dst_pg / (dst_pg rounded up to S), cross-multiplied.
-  return G * (ceil_div(dst_pg, S) * S) > dst_pg * (ceil_div(G, S) * S);
-}
-
 // The destination-pixel GEMM: forward (src = input, dst = output, bias fused) or grad_input
 // (transposed: src = grad_output, dst = grad_input, no bias). Picks lanes over channels
 // (conv2d_igemm, wide or narrow tile) or over groups (conv2d_igemm_groups), packs the weight
 // for it, launches and (CPU tensors) waits.
+// Forward only: `res` (undefined, or laid out exactly as dst) and `relu` are the conv2d_relu epilogue, and
+// `prepacked` (defined: from pack_conv2d_weight, `weight` is then unused) replaces the per-call packing.
 template <typename T>
 void run_destination_gemm(Launcher& L, const Conv2dProblem& p, const at::Tensor& src, const at::Tensor& weight,
-                          const at::Tensor& bias, at::Tensor& dst, bool transposed) {
+                          const at::Tensor& bias, at::Tensor& dst, bool transposed, const at::Tensor& res = {},
+                          bool relu = false, const at::Tensor& prepacked = {}) {
   const int64_t S = lanes_for<T>(L);
   const int64_t G = p.groups;
   const int64_t dst_pg = transposed ? p.C_per_group() : p.O_per_group();
   const int64_t N = src.size(0), Cs = src.size(1), Hs = src.size(2), Ws = src.size(3);
   const int64_t Cd = dst.size(1), Hd = dst.size(2), Wd = dst.size(3);
   const int64_t M = N * Hd * Wd;
-  const bool groups = group_lanes_pay(S, G, dst_pg);
+  const bool groups = conv2d_group_lanes_pay(S, G, dst_pg);
   const Tile tile = igemm_tile(dst_pg);
   at::Tensor wpk;
   int64_t pad = 0;
   int64_t pixel_tiles = 0, other = 0;  // work-groups = ceil(pixel_tiles / per_group) * other
   if (groups) {
     pad = ceil_div(G, S) * S;
-    wpk = pack_weight_groups(weight, p, transposed, pad);
+    wpk = prepacked.defined() ? prepacked : conv2d_pack_igemm_groups(weight, G, transposed, pad, &empty);
     pixel_tiles = ceil_div(M, Conv2dConfig::kGroupsR);
     other = dst_pg * (pad / S);
   } else {
     pad = ceil_div(dst_pg, S * tile.Q) * S * tile.Q;
-    wpk = pack_weight(weight, p, transposed, pad);
+    wpk = prepacked.defined() ? prepacked : conv2d_pack_igemm(weight, G, transposed, pad, &empty);
     pixel_tiles = ceil_div(M, tile.R);
     other = G * (pad / (S * tile.Q));
+  }
+  if (prepacked.defined()) {  // the layout pack_conv2d_weight made (shapes.h) is the one this launch reads
+    const Conv2dPackLayout l = conv2d_pack_layout({p.O, p.C_per_group(), p.KH, p.KW}, G, src.scalar_type());
+    TORCH_CHECK(!transposed && l.lanes == S && l.group_lanes == groups && l.pad == pad,
+                "xkernels.conv2d_packed: ", "the packed layout (", l.lanes,
+                " lanes) does not match this device's launch (", S, " lanes)");
   }
   using C = Conv2dConfig;
   const int64_t steps = (Cs / G) * p.KH * p.KW;  // reduction steps per tile
@@ -183,7 +163,7 @@ void run_destination_gemm(Launcher& L, const Conv2dProblem& p, const at::Tensor&
   const int64_t tiles = ceil_div(pixel_tiles, per_group) * other;
   // Work-group order (see conv2d_igemm): keep the weight slice in cache when the weights outweigh the
   // source activations (deep layers), else the source rows.
-  const int64_t weight_elems = weight.numel(), src_elems = N * Cs * Hs * Ws;
+  const int64_t weight_elems = p.O * p.C_per_group() * p.KH * p.KW, src_elems = N * Cs * Hs * Ws;
   const int32_t pixel_major = weight_elems > src_elems ? 1 : 0;
   const sycl::nd_range<1> range(sycl::range<1>(tiles * S), sycl::range<1>(S));
   // Both kernels take the same parameters (pad: destination channels per group, or groups, padded).
@@ -191,6 +171,7 @@ void run_destination_gemm(Launcher& L, const Conv2dProblem& p, const at::Tensor&
     q.src = cptr<T>(src);
     q.wpk = cptr<T>(wpk);
     q.bias = cptr_or_null<T>(bias);
+    q.res = cptr_or_null<T>(res);
     q.dst = mptr<T>(dst);
     q.N = N, q.Cs = Cs, q.Hs = Hs, q.Ws = Ws;
     q.sN = src.stride(0), q.sC = src.stride(1), q.sH = src.stride(2), q.sW = src.stride(3);
@@ -200,6 +181,7 @@ void run_destination_gemm(Launcher& L, const Conv2dProblem& p, const at::Tensor&
     q.transposed = transposed ? 1 : 0;
     q.tiles_per_group = per_group;
     q.pixel_major = pixel_major;
+    q.relu = relu ? 1 : 0;
   };
   with_lanes<T>(S, [&](auto S_) {
     constexpr int SL = decltype(S_)::value;
@@ -262,14 +244,19 @@ void launch_reduce(Launcher& L, const at::Tensor& part, at::Tensor& dst, int64_t
        .dst_cl = dst_cl ? 1 : 0});
 }
 
+// conv2d, or with residual / relu the conv2d_relu epilogue (the residual made dense in the output's layout);
+// with `prepacked` (conv2d_packed) the weight operand is that tensor.
 at::Tensor forward(Launcher L, const at::Tensor& input, const at::Tensor& weight, const at::Tensor& bias,
-                   const Conv2dProblem& p) {
+                   const Conv2dProblem& p, const at::Tensor& residual = {}, bool relu = false,
+                   const at::Tensor& prepacked = {}) {
   const auto out_fmt = p.channels_last ? at::MemoryFormat::ChannelsLast : at::MemoryFormat::Contiguous;
   const at::Tensor x = as_4d(input);
   const at::Tensor b = contiguous_if_defined(bias);
+  const at::Tensor r = residual.defined() ? conv2d_as_4d_dense(residual, p) : at::Tensor();
   at::Tensor out = empty({p.N, p.O, p.OH, p.OW}, input.options().memory_format(out_fmt));
-  XK_DISPATCH_DEVICE_TYPES(x.scalar_type(), "conv2d",
-                           [&] { run_destination_gemm<T>(L, p, x, weight, b, out, /*transposed=*/false); });
+  XK_DISPATCH_DEVICE_TYPES(x.scalar_type(), "conv2d", [&] {
+    run_destination_gemm<T>(L, p, x, weight, b, out, /*transposed=*/false, r, relu, prepacked);
+  });
   return p.batched ? out : out.view(p.out_sizes());
 }
 
@@ -293,7 +280,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> backward(Launcher L, const at::Te
     }
     // grad_weight with lanes over channels loads grad_output's channels as vectors: it needs
     // channels_last memory (lanes over groups read any strides).
-    const bool gw_groups = group_lanes_pay(S, G, Opg);
+    const bool gw_groups = conv2d_group_lanes_pay(S, G, Opg);
     const at::Tensor go_cl = mask[1] && !gw_groups ? go.contiguous(at::MemoryFormat::ChannelsLast) : at::Tensor();
     with_lanes<T>(S, [&](auto S_) {
       constexpr int SL = decltype(S_)::value;
@@ -407,10 +394,41 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> backward(Launcher L, const at::Te
   return {gi, gw, gb};
 }
 
+// The packed layout is that of the kernels this launcher runs (lanes_for == shapes.h's lane count).
+void check_pack_lanes(const char* op, const Launcher& L, at::ScalarType dtype) {
+  int64_t S = 0;
+  XK_DISPATCH_DEVICE_TYPES(dtype, "conv2d", [&] { S = lanes_for<T>(L); });
+  XK_CHECK(S == conv2d_pack_lanes(dtype), op, "packed conv2d weights are laid out for ", conv2d_pack_lanes(dtype),
+           " lanes, but this device's conv2d kernels run ", S, " (use conv2d / conv2d_relu on this device)");
+}
+
+at::Tensor pack_weight_for(const Launcher& L, const at::Tensor& weight, int64_t groups) {
+  check_pack_lanes("pack_conv2d_weight", L, weight.scalar_type());
+  return conv2d_pack(weight, groups);
+}
+
+at::Tensor forward_packed(Launcher L, const at::Tensor& input, const at::Tensor& packed_weight, const at::Tensor& bias,
+                          const at::Tensor& residual, bool relu, const Conv2dProblem& p) {
+  check_pack_lanes("conv2d_packed", L, input.scalar_type());
+  return forward(L, input, at::Tensor(), bias, p, residual, relu, packed_weight);
+}
+
 }  // namespace
+
+at::Tensor pack_conv2d_weight(const at::Tensor& weight, int64_t groups) {
+  return pack_weight_for(Launcher::for_tensor(weight), weight, groups);
+}
+at::Tensor conv2d_packed(const at::Tensor& input, const at::Tensor& packed_weight, const at::Tensor& bias,
+                         const at::Tensor& residual, bool relu, const Conv2dProblem& p) {
+  return forward_packed(Launcher::for_tensor(input), input, packed_weight, bias, residual, relu, p);
+}
 
 at::Tensor conv2d(const at::Tensor& input, const at::Tensor& weight, const at::Tensor& bias, const Conv2dProblem& p) {
   return forward(Launcher::for_tensor(input), input, weight, bias, p);
+}
+at::Tensor conv2d_relu(const at::Tensor& input, const at::Tensor& weight, const at::Tensor& bias,
+                       const at::Tensor& residual, const Conv2dProblem& p) {
+  return forward(Launcher::for_tensor(input), input, weight, bias, p, residual, /*relu=*/true);
 }
 std::tuple<at::Tensor, at::Tensor, at::Tensor> conv2d_backward(const at::Tensor& grad_output, const at::Tensor& input,
                                                                const at::Tensor& weight, const Conv2dProblem& p,
@@ -424,6 +442,17 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> conv2d_backward(const at::Tensor&
 namespace xkernels::acpp_backend {
 at::Tensor conv2d(const at::Tensor& input, const at::Tensor& weight, const at::Tensor& bias, const Conv2dProblem& p) {
   return sycl_backend::forward(sycl_backend::Launcher::acpp(), input, weight, bias, p);
+}
+at::Tensor conv2d_relu(const at::Tensor& input, const at::Tensor& weight, const at::Tensor& bias,
+                       const at::Tensor& residual, const Conv2dProblem& p) {
+  return sycl_backend::forward(sycl_backend::Launcher::acpp(), input, weight, bias, p, residual, /*relu=*/true);
+}
+at::Tensor pack_conv2d_weight(const at::Tensor& weight, int64_t groups) {
+  return sycl_backend::pack_weight_for(sycl_backend::Launcher::acpp(), weight, groups);
+}
+at::Tensor conv2d_packed(const at::Tensor& input, const at::Tensor& packed_weight, const at::Tensor& bias,
+                         const at::Tensor& residual, bool relu, const Conv2dProblem& p) {
+  return sycl_backend::forward_packed(sycl_backend::Launcher::acpp(), input, packed_weight, bias, residual, relu, p);
 }
 std::tuple<at::Tensor, at::Tensor, at::Tensor> conv2d_backward(const at::Tensor& grad_output, const at::Tensor& input,
                                                                const at::Tensor& weight, const Conv2dProblem& p,

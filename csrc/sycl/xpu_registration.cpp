@@ -35,6 +35,7 @@ TORCH_LIBRARY_IMPL(xkernels, XPU, m) {
   m.impl("fused_linear_relu", &WithDeviceGuard<&entry::fused_linear_relu<choose_xpu_backend>>::call);
   m.impl("fused_linear_relu_backward", &WithDeviceGuard<&entry::fused_linear_relu_backward<choose_xpu_backend>>::call);
   m.impl("conv2d", &WithDeviceGuard<&entry::conv2d<choose_xpu_backend>>::call);
+  m.impl("conv2d_relu", &WithDeviceGuard<&entry::conv2d_relu<choose_xpu_backend>>::call);
   m.impl("conv2d_backward", &WithDeviceGuard<&entry::conv2d_backward<choose_xpu_backend>>::call);
   m.impl("layer_norm_forward", &WithDeviceGuard<&entry::layer_norm_forward<choose_xpu_backend>>::call);
   m.impl("layer_norm_backward", &WithDeviceGuard<&entry::layer_norm_backward<choose_xpu_backend>>::call);

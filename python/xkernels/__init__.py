@@ -43,13 +43,25 @@ from .backends import (
     warmup,
 )
 from .nn import optimize
-from .ops import conv2d, fused_linear_relu, fused_linear_relu_packed, layer_norm, pack_linear_weight
+from .ops import (
+    conv2d,
+    conv2d_packed,
+    conv2d_relu,
+    fused_linear_relu,
+    fused_linear_relu_packed,
+    layer_norm,
+    pack_conv2d_weight,
+    pack_linear_weight,
+)
 
 __all__ = [
     "fused_linear_relu",
     "pack_linear_weight",
     "fused_linear_relu_packed",
     "conv2d",
+    "conv2d_relu",
+    "pack_conv2d_weight",
+    "conv2d_packed",
     "layer_norm",
     "backends",
     "use_backend",

@@ -13,7 +13,8 @@
 ``nn.LayerNorm`` anywhere in a model, sharing the original Parameter objects. For an eval-mode model it also
 folds BatchNorm2d into the preceding convolution (``FoldedConv2d``; inference only, ``train()`` refuses) and
 rewrites conv -> [residual add] -> ReLU chains into ``Conv2dEpilogue`` calls, which all compute through
-``conv2d_epilogue()`` — the plug-in point of a fused conv epilogue op (see the optimize section below).
+``conv2d_epilogue()``, i.e. the fused op ``xkernels.conv2d_relu`` (see the optimize section below). With
+``pack_weights=True`` the convolutions also keep a packed copy of their weight for inference (``conv2d_packed``).
 """
 
 from __future__ import annotations
@@ -124,24 +125,9 @@ class FusedLinearReLU(nn.Module):
 
     def _packed_weight(self, input: Tensor) -> Tensor | None:
         """The cached packed weight when this call can use it (see the class docstring), else None."""
-        w, b = self.weight, self.bias
-        if not self.pack_weight or torch.compiler.is_compiling():
+        if self.weight.dim() != 2:
             return None
-        if torch.is_grad_enabled() and (w.requires_grad or input.requires_grad or (b is not None and b.requires_grad)):
-            return None
-        if w.device.type != "cpu" or input.device != w.device or input.dtype != w.dtype or w.dim() != 2:
-            return None
-        backend = _cpu_backend(w.dtype)
-        if backend != "sycl":
-            return None
-        key = (w.data_ptr(), w._version, tuple(w.shape), w.dtype, w.device, backend)
-        cached = self.__dict__.get("_packed_cache")
-        if cached is not None and cached[0]() is w and cached[1] == key:
-            return cached[2]
-        with torch.no_grad():
-            packed = ops.pack_linear_weight(w)
-        self.__dict__["_packed_cache"] = (weakref.ref(w), key, packed)
-        return packed
+        return _packed_copy(self, input, self.bias, ops.pack_linear_weight)
 
     def invalidate_packed_weight(self) -> None:
         """Drops the packed copy of the weight (rebuilt at the next call that uses it). Needed only after the
@@ -152,6 +138,33 @@ class FusedLinearReLU(nn.Module):
         return f"in_features={self.in_features}, out_features={self.out_features}, bias={self.bias is not None}" + (
             ", pack_weight=True" if self.pack_weight else ""
         )
+
+
+def _packed_copy(module: nn.Module, input: Tensor, bias: Tensor | None, pack: Callable[[Tensor], Tensor]):
+    """`module.weight` packed by `pack`, cached on the module, when this call can use a packed copy: packing
+    on, not tracing, no gradient needed, CPU tensors of the weight's dtype on the SYCL backend; else None.
+    The cache key (weight object, data_ptr, _version, shape, dtype, device, backend) rebuilds the copy after
+    any change autograd's version counter sees (FusedLinearReLU's docstring says which changes it does not)."""
+    w = module.weight
+    if not module.pack_weight or torch.compiler.is_compiling():
+        return None
+    if torch.is_grad_enabled() and (
+        w.requires_grad or input.requires_grad or (bias is not None and bias.requires_grad)
+    ):
+        return None
+    if w.device.type != "cpu" or input.device != w.device or input.dtype != w.dtype:
+        return None
+    backend = _cpu_backend(w.dtype)
+    if backend != "sycl":
+        return None
+    key = (w.data_ptr(), w._version, tuple(w.shape), w.dtype, w.device, backend)
+    cached = module.__dict__.get("_packed_cache")
+    if cached is not None and cached[0]() is w and cached[1] == key:
+        return cached[2]
+    with torch.no_grad():
+        packed = pack(w)
+    module.__dict__["_packed_cache"] = (weakref.ref(w), key, packed)
+    return packed
 
 
 _SYCL_CPU_OK: dict[torch.dtype, bool] = {}
@@ -177,7 +190,15 @@ def _unsupported_padding_mode(mode: str) -> ValueError:
 
 
 class Conv2d(nn.Conv2d):
-    """``torch.nn.Conv2d`` running the xkernels conv2d op (padding_mode='zeros' only)."""
+    """``torch.nn.Conv2d`` running the xkernels conv2d op (padding_mode='zeros' only).
+
+    Pre-packed weight (opt-in: ``m.pack_weight = True`` or ``xkernels.optimize(model, pack_weights=True)``):
+    calls that need no gradient, on the SYCL backend with CPU tensors, use ``conv2d_packed`` with a copy of
+    the weight packed once by ``pack_conv2d_weight`` (the kernels otherwise re-pack it on every call), cached
+    and invalidated exactly as ``FusedLinearReLU``'s (read its docstring for the one way a copy can go stale;
+    ``m.invalidate_packed_weight()`` drops it)."""
+
+    pack_weight: bool = False
 
     def __init__(
         self,
@@ -242,7 +263,25 @@ class Conv2d(nn.Conv2d):
     def _conv_forward(self, input: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
         if self.padding_mode != "zeros":
             raise _unsupported_padding_mode(self.padding_mode)
+        packed = self._packed_weight(input) if weight is self.weight else None
+        if packed is not None:
+            return ops.conv2d_packed(
+                input, packed, weight.shape, bias, self.stride, self.padding, self.dilation, self.groups
+            )
         return ops.conv2d(input, weight, bias, self.stride, self.padding, self.dilation, self.groups)
+
+    def _packed_weight(self, input: Tensor) -> Tensor | None:
+        """The cached packed weight when this call can use it (see the class docstring), else None."""
+        if self.weight.dim() != 4 or input.dim() not in (3, 4):
+            return None
+        return _packed_copy(self, input, self.bias, lambda w: ops.pack_conv2d_weight(w, self.groups))
+
+    def invalidate_packed_weight(self) -> None:
+        """Drops the packed copy of the weight (rebuilt at the next call that uses it)."""
+        self.__dict__.pop("_packed_cache", None)
+
+    def extra_repr(self) -> str:
+        return super().extra_repr() + (", pack_weight=True" if self.pack_weight else "")
 
 
 def _conv_like(cls, conv: nn.Conv2d, bias: bool) -> Conv2d:
@@ -323,6 +362,26 @@ def _foldable_batchnorm(bn: nn.Module) -> bool:
     )
 
 
+def _conv_out_shape(input: Tensor, weight: Tensor, stride, padding, dilation) -> list[int]:
+    """F.conv2d's output shape (for valid arguments; anything else gets the op's own error)."""
+
+    def pair(v):
+        return [v, v] if isinstance(v, int) else list(v)
+
+    s, d = pair(stride), pair(dilation)
+    k = list(weight.shape[-2:])
+    if isinstance(padding, str):
+        p = [di * (ki - 1) // 2 for di, ki in zip(d, k, strict=True)] if padding == "same" else [0, 0]
+        extra = [di * (ki - 1) % 2 for di, ki in zip(d, k, strict=True)] if padding == "same" else [0, 0]
+    else:
+        p, extra = pair(padding), [0, 0]
+    spatial = [
+        (n + 2 * pi + ei - di * (ki - 1) - 1) // si + 1
+        for n, pi, ei, di, ki, si in zip(input.shape[-2:], p, extra, d, k, s, strict=True)
+    ]
+    return [*input.shape[:-3], weight.shape[0], *spatial]
+
+
 def conv2d_epilogue(
     input: Tensor,
     weight: Tensor,
@@ -333,17 +392,33 @@ def conv2d_epilogue(
     groups: int,
     residual: Tensor | None = None,
     relu: bool = False,
+    packed_weight: Tensor | None = None,
 ) -> Tensor:
     """``relu?(conv2d(input, weight, bias) + residual?)``: the computation of a matched conv epilogue.
+    ``packed_weight`` (optional, ``pack_conv2d_weight(weight, groups)``; inference) runs ``conv2d_packed``.
 
-    ######## PLUG-IN POINT for the fused conv2d epilogue op (conv + bias + optional residual add + ReLU) ########
-    Everything ``xkernels.optimize`` matches as a conv epilogue (``find_conv_epilogues``) runs through this one
-    function. Today it is the unfused sequence — xkernels conv2d (bias included), then ``+ residual``, then
-    ``torch.relu`` — so an optimized model computes exactly what it did before the rewrite. When the fused op
-    exists, call it here (for the cases it supports: same-shape residual, the dtypes/devices/backends it
-    implements) and keep this sequence as the fallback; nothing else in optimize() needs to change.
+    Everything ``xkernels.optimize`` matches as a conv epilogue (``find_conv_epilogues``) runs through this
+    one function. With ``relu`` it is the fused op ``xkernels.conv2d_relu`` (bias, residual add and ReLU in
+    the convolution's store, one rounding), when the residual has the output's shape and dtype (the op's
+    contract); otherwise, and without ``relu``, the unfused sequence xkernels conv2d -> ``+ residual`` ->
+    ``torch.relu`` (torch's broadcasting and type promotion for the add).
     """
-    y = ops.conv2d(input, weight, bias, stride, padding, dilation, groups)
+    if relu and (
+        residual is None
+        or (
+            residual.dtype == input.dtype
+            and list(residual.shape) == _conv_out_shape(input, weight, stride, padding, dilation)
+        )
+    ):
+        if packed_weight is not None:
+            return ops.conv2d_packed(
+                input, packed_weight, weight.shape, bias, stride, padding, dilation, groups, residual, relu=True
+            )
+        return ops.conv2d_relu(input, weight, bias, stride, padding, dilation, groups, residual)
+    if packed_weight is not None:
+        y = ops.conv2d_packed(input, packed_weight, weight.shape, bias, stride, padding, dilation, groups)
+    else:
+        y = ops.conv2d(input, weight, bias, stride, padding, dilation, groups)
     if residual is not None:
         y = y + residual
     if relu:
@@ -354,7 +429,7 @@ def conv2d_epilogue(
 class Conv2dEpilogue(Conv2d):
     """``xkernels.nn.Conv2d`` with an epilogue: ``forward(input, residual=None)`` returns
     ``relu(conv2d(input) + residual)`` (``relu=True``) or ``conv2d(input) + residual``, through
-    ``conv2d_epilogue`` (the plug-in point of the fused op). Made by ``xkernels.optimize`` from a matched
+    ``conv2d_epilogue`` (the fused op ``conv2d_relu``). Made by ``xkernels.optimize`` from a matched
     conv -> [add residual] -> ReLU chain; shares the source convolution's Parameter objects."""
 
     relu: bool = False
@@ -370,6 +445,7 @@ class Conv2dEpilogue(Conv2d):
         m.weight = conv.weight
         m.bias = conv.bias
         m.relu = bool(relu)
+        m.pack_weight = getattr(conv, "pack_weight", False)
         m.folded_batchnorm = getattr(conv, "folded_batchnorm", None)
         m.training = conv.training
         return m
@@ -378,7 +454,16 @@ class Conv2dEpilogue(Conv2d):
         if self.padding_mode != "zeros":
             raise _unsupported_padding_mode(self.padding_mode)
         return conv2d_epilogue(
-            input, self.weight, self.bias, self.stride, self.padding, self.dilation, self.groups, residual, self.relu
+            input,
+            self.weight,
+            self.bias,
+            self.stride,
+            self.padding,
+            self.dilation,
+            self.groups,
+            residual,
+            self.relu,
+            self._packed_weight(input),
         )
 
     def extra_repr(self) -> str:
@@ -414,7 +499,7 @@ class LayerNorm(nn.LayerNorm):
 #   1. fold_batchnorm   (eval-mode models): Conv2d -> BatchNorm2d  =>  FoldedConv2d, the BN slot -> Identity
 #   2. module swaps     (always): Linear+ReLU in a Sequential, Conv2d, LayerNorm  =>  xkernels.nn modules
 #   3. conv epilogues   (eval-mode models): conv -> [Identity...] -> [add residual] -> ReLU  =>  Conv2dEpilogue,
-#                       whose forward is conv2d_epilogue() (the plug-in point of the future fused op)
+#                       whose forward is conv2d_epilogue() (the fused op conv2d_relu)
 # Passes 1 and 3 find their patterns with torch.fx: each container module's forward is traced once with
 # every submodule as a leaf (call_graph), which shows which child's output feeds which. The rewrite
 # itself is module-level (slots of the module tree are replaced), except that a non-Sequential module
@@ -617,6 +702,8 @@ def _swaps(
         make = _replacement(child, conv2d, layer_norm)
         if make is not None:
             new = make()
+            if isinstance(new, Conv2d):
+                new.pack_weight = pack_weights
             out.append((qual, new, (qual, type(child).__name__, f"xkernels.nn.{type(new).__name__}")))
             continue
         _swaps(child, qual, linear_relu, conv2d, layer_norm, pack_weights, out)
@@ -667,10 +754,13 @@ def find_conv_epilogues(model: nn.Module, graphs: _Graphs | None = None) -> list
     """The conv epilogue chains in `model`: an xkernels.nn.Conv2d (FoldedConv2d included) called once whose
     output goes, through any Identity modules (folded BatchNorm slots), into an optional residual addition and an
     optional ReLU, every intermediate result used only by the next step. torch.nn.Conv2d layers (reflect
-    padding, or optimize(conv2d=False)) are not matched."""
+    padding, or optimize(conv2d=False)) are not matched. Matches do not overlap: where two convolutions meet in
+    one residual add (conv2(...) + downsample(x)), the first in graph order takes the add and the ReLU, and a
+    node that is one match's residual operand is never part of another match's chain."""
     gs = graphs or _graphs(model)
     out = []
     for container, g in gs.graphs.items():
+        claimed: set[str] = set()  # nodes of earlier matches' chains, and their residual operands
         for n in g.nodes:
             conv = _node_module(model, container, n)
             if conv is None or type(conv[1]) not in (Conv2d, FoldedConv2d) or not gs.called_once(conv[1]):
@@ -700,6 +790,10 @@ def find_conv_epilogues(model: nn.Module, graphs: _Graphs | None = None) -> list
                     relu = True
             if residual is None and not relu:
                 continue
+            names = {nd.name for nd in chain}
+            if names & claimed or (residual is not None and residual.name in claimed):
+                continue
+            claimed |= names | ({residual.name} if residual is not None else set())
             out.append(EpilogueMatch(container, conv[0], residual.name if residual is not None else None, relu, chain))
     return out
 
@@ -788,10 +882,11 @@ def optimize(
       optimized model is then inference only: ``train()`` on it raises a RuntimeError naming the folded
       BatchNorm (train the original model, or optimize a train-mode model, which folds nothing).
     - ``epilogues``: conv -> [residual add] -> ReLU chains (``find_conv_epilogues``) become one
-      ``Conv2dEpilogue`` call, computed by ``conv2d_epilogue`` (today conv2d, add, relu: the same result; the
-      place where a fused op will plug in). In an ``nn.Sequential`` the ReLU slot becomes ``nn.Identity``; other
-      containers with a matched chain become ``torch.fx.GraphModule`` s with the same children (their class
-      name kept; Python attributes and hooks of the container itself are not carried over).
+      ``Conv2dEpilogue`` call, computed by ``conv2d_epilogue``: the fused op ``conv2d_relu`` (bias, residual
+      add and ReLU in the convolution's store, rounded once). In an ``nn.Sequential`` the ReLU slot becomes
+      ``nn.Identity``; other containers with a matched chain become ``torch.fx.GraphModule`` s with the same
+      children (their class name kept; Python attributes and hooks of the container itself are not carried
+      over).
 
     A model in train mode keeps exact module semantics: BatchNorm stays torch's (batch statistics,
     running statistics updated as torch does) and no forward is rewritten.
@@ -801,8 +896,8 @@ def optimize(
     ones. With ``inplace=False`` (default) the original model is never modified: containers on the path to a
     replacement are shallow copies. Nested models are handled at any depth. If `report` is a list,
     (qualified name, old, new) tuples are appended to it. ``pack_weights=True`` turns on the pre-packed
-    weight of the new ``FusedLinearReLU`` modules (for inference; read its docstring for the one way a packed
-    copy can go stale).
+    weight of the new ``FusedLinearReLU`` and convolution modules (for inference; read FusedLinearReLU's
+    docstring for the one way a packed copy can go stale).
     """
     if not isinstance(model, nn.Module):
         raise TypeError(f"xkernels.optimize: argument 'model' must be a torch.nn.Module, got {type(model).__name__}")
@@ -810,11 +905,17 @@ def optimize(
     make = _replacement(model, conv2d, layer_norm)
     if make is not None:  # the model itself is one replaceable layer
         log.append(("", type(model).__name__, f"xkernels.nn.{type(model).__name__}"))
-        return make()
+        new = make()
+        if isinstance(new, Conv2d):
+            new.pack_weight = pack_weights
+        return new
     tree = _Tree(model, inplace)
     inference = not model.training
     if inference and fold_batchnorm:
         _fold_batchnorm(tree, log)
+        for m in tree.root.modules():  # every FoldedConv2d is new (made by the fold above)
+            if isinstance(m, FoldedConv2d):
+                m.pack_weight = pack_weights
     swaps: list = []
     _swaps(tree.root, "", linear_relu, conv2d, layer_norm, pack_weights, swaps)
     for path, new, entry in swaps:

@@ -68,6 +68,91 @@ def conv2d(
     return _ops.conv2d(input, weight, bias, stride, _pair(padding, "padding", "conv2d"), dilation, groups)
 
 
+def _string_padding(input: Tensor, weight: Tensor, padding: str, stride: list[int], dilation: list[int], op: str):
+    """F.conv2d's padding='valid' / 'same' as (input, symmetric padding): like aten, an odd total 'same'
+    padding puts the extra element after (bottom/right), padded here so the op sees symmetric padding."""
+    if padding == "valid":
+        return input, [0, 0]
+    if padding != "same":
+        raise ValueError(f"xkernels.{op}: argument 'padding' must be 'same', 'valid' or int(s), got '{padding}'")
+    if stride != [1, 1]:
+        raise ValueError(
+            f"xkernels.{op}: padding='same' is not supported for strided convolutions, got stride {stride}"
+        )
+    sym, extra = [], []
+    for d, k in zip(dilation, weight.shape[-2:], strict=True):
+        total = d * (k - 1)
+        sym.append(total // 2)
+        extra.append(total - 2 * (total // 2))
+    if extra != [0, 0]:
+        input = torch.nn.functional.pad(input, (0, extra[1], 0, extra[0]))
+    return input, sym
+
+
+def conv2d_relu(
+    input: Tensor,
+    weight: Tensor,
+    bias: Tensor | None = None,
+    stride: _IntOr2 = 1,
+    padding: _IntOr2 | str = 0,
+    dilation: _IntOr2 = 1,
+    groups: int = 1,
+    residual: Tensor | None = None,
+) -> Tensor:
+    """``relu(conv2d(input, weight, bias, stride, padding, dilation, groups) + residual)`` in one op.
+
+    conv2d's semantics (padding ints or 'same'/'valid', unbatched 3-D input, channels_last: the output
+    takes conv2d's memory format). ``residual`` (optional) has the output's shape, dtype and device, any
+    strides. The sum is formed in the accumulation type and rounded once (eager torch rounds after the
+    conv and after the add); the ReLU keeps NaN, as torch.relu. Differentiable in input, weight, bias and
+    residual (the gradient flows where the output is not <= 0, as torch.relu's)."""
+    stride = _pair(stride, "stride", "conv2d_relu")
+    dilation = _pair(dilation, "dilation", "conv2d_relu")
+    if isinstance(padding, str):
+        input, padding = _string_padding(input, weight, padding, stride, dilation, "conv2d_relu")
+    else:
+        padding = _pair(padding, "padding", "conv2d_relu")
+    return _ops.conv2d_relu(input, weight, bias, stride, padding, dilation, groups, residual)
+
+
+def pack_conv2d_weight(weight: Tensor, groups: int = 1) -> Tensor:
+    """`weight` [O, C/groups, KH, KW] packed for conv2d_packed (CPU tensors): a flat copy in the layout the
+    SYCL CPU conv2d kernels read (the output channel innermost, zero padded to whole lane vectors; see
+    csrc/include/xkernels/shapes.h), made once instead of on every call. Not differentiable."""
+    return _ops.pack_conv2d_weight(weight, groups)
+
+
+def conv2d_packed(
+    input: Tensor,
+    packed_weight: Tensor,
+    weight_shape: Sequence[int],
+    bias: Tensor | None = None,
+    stride: _IntOr2 = 1,
+    padding: _IntOr2 | str = 0,
+    dilation: _IntOr2 = 1,
+    groups: int = 1,
+    residual: Tensor | None = None,
+    relu: bool = False,
+) -> Tensor:
+    """conv2d (``relu=False``; ``residual`` must then be None) or conv2d_relu (``relu=True``) with
+    ``packed_weight = pack_conv2d_weight(weight, groups)`` and ``weight_shape = weight.shape``. CPU tensors,
+    inference only: with grad mode on, arguments that require grad raise (differentiate through conv2d /
+    conv2d_relu with the weight itself)."""
+    op = "conv2d_packed"
+    if residual is not None and not relu:
+        raise ValueError(f"xkernels.{op}: argument 'residual' needs relu=True (the conv2d_relu epilogue)")
+    stride = _pair(stride, "stride", op)
+    dilation = _pair(dilation, "dilation", op)
+    if isinstance(padding, str):
+        weight_meta = torch.empty(list(weight_shape), device="meta")
+        input, padding = _string_padding(input, weight_meta, padding, stride, dilation, op)
+    else:
+        padding = _pair(padding, "padding", op)
+    return _ops.conv2d_packed(
+        input, packed_weight, list(weight_shape), bias, stride, padding, dilation, groups, residual, relu
+    )
+
+
 def layer_norm(
     input: Tensor,
     normalized_shape: int | Sequence[int],
@@ -253,6 +338,72 @@ def _conv2d_fake(input, weight, bias=None, stride=(1, 1), padding=(0, 0), dilati
     return torch.empty(out_shape, dtype=input.dtype, device=input.device, memory_format=fmt)
 
 
+@torch.library.register_fake("xkernels::conv2d_relu")
+def _conv2d_relu_fake(
+    input, weight, bias=None, stride=(1, 1), padding=(0, 0), dilation=(1, 1), groups=1, residual=None
+):
+    op = "conv2d_relu"
+    out_shape, fmt = _conv_problem(input, weight, stride, padding, dilation, groups, op)
+    _check_same(bias, "bias", input, "input", op)
+    _check_same(residual, "residual", input, "input", op)
+    if residual is not None:
+        torch._check(
+            list(residual.shape) == list(out_shape),
+            lambda: (
+                f"xkernels.{op}: argument 'residual' must have the output's shape {list(out_shape)}, "
+                f"got {list(residual.shape)}"
+            ),
+        )
+    return torch.empty(out_shape, dtype=input.dtype, device=input.device, memory_format=fmt)
+
+
+def _conv2d_pack_numel(weight_shape, groups: int, dtype: torch.dtype) -> int:
+    """Elements of pack_conv2d_weight's result: csrc shapes.cpp conv2d_pack_layout, the same rule."""
+    O, Cpg, KH, KW = weight_shape
+    Opg = O // groups
+    S = 8 if dtype == torch.float64 else 16
+
+    def up(v, m):
+        return -(-v // m) * m
+
+    if groups * up(Opg, S) > Opg * up(groups, S):  # lanes over groups
+        return KH * KW * Cpg * Opg * up(groups, S)
+    vec = S * (4 if Opg >= 48 else 1)
+    return groups * KH * KW * Cpg * up(Opg, vec) + 1
+
+
+@torch.library.register_fake("xkernels::pack_conv2d_weight")
+def _pack_conv2d_weight_fake(weight, groups=1):
+    op = "pack_conv2d_weight"
+    _check_dtype_supported(weight, "weight", op)
+    torch._check(weight.dim() == 4, lambda: f"xkernels.{op}: argument 'weight' must be 4-D, got {weight.dim()}-D")
+    torch._check(groups > 0, lambda: f"xkernels.{op}: argument 'groups' must be positive, got {groups}")
+    return weight.new_empty([_conv2d_pack_numel(weight.shape, groups, weight.dtype)])
+
+
+@torch.library.register_fake("xkernels::conv2d_packed")
+def _conv2d_packed_fake(
+    input, packed_weight, weight_shape, bias, stride, padding, dilation, groups, residual=None, relu=False
+):
+    op = "conv2d_packed"
+    weight = torch.empty(list(weight_shape), dtype=input.dtype, device=input.device)
+    out_shape, _ = _conv_problem(input, weight, stride, padding, dilation, groups, op)
+    _check_same(packed_weight, "packed_weight", input, "input", op)
+    numel = _conv2d_pack_numel(weight_shape, groups, input.dtype)
+    torch._check(
+        packed_weight.dim() == 1 and packed_weight.numel() == numel,
+        lambda: (
+            f"xkernels.{op}: argument 'packed_weight' must be what pack_conv2d_weight returns for a weight of "
+            f"shape {list(weight_shape)} and groups={groups}: a contiguous 1-D tensor of {numel} elements"
+        ),
+    )
+    _check_same(bias, "bias", input, "input", op)
+    _check_same(residual, "residual", input, "input", op)
+    cl = input.dim() == 4 and torch._prims_common.suggest_memory_format(input) == torch.channels_last
+    fmt = torch.channels_last if cl else torch.contiguous_format
+    return torch.empty(out_shape, dtype=input.dtype, device=input.device, memory_format=fmt)
+
+
 @torch.library.register_fake("xkernels::conv2d_backward")
 def _conv2d_backward_fake(grad_output, input, weight, stride, padding, dilation, groups, output_mask):
     _, fmt = _conv_problem(input, weight, stride, padding, dilation, groups, "conv2d_backward")
@@ -400,6 +551,41 @@ def _conv2d_bwd(ctx, grad):
 
 
 torch.library.register_autograd("xkernels::conv2d", _conv2d_bwd, setup_context=_conv2d_setup)
+
+
+def _conv2d_relu_setup(ctx, inputs, output):
+    input, weight, bias, stride, padding, dilation, groups, residual = inputs
+    ctx.has_bias = bias is not None
+    ctx.has_residual = residual is not None
+    ctx.params = (stride, padding, dilation, groups)
+    _save_selection(ctx)
+    ctx.save_for_backward(input, weight, output)
+
+
+def _conv2d_relu_bwd(ctx, grad):
+    input, weight, output = ctx.saved_tensors
+    stride, padding, dilation, groups = ctx.params
+    # torch.relu's backward (threshold_backward): the gradient flows where NOT (output <= 0), NaN included.
+    grad = grad.masked_fill(output <= 0, 0)
+    mask = [ctx.needs_input_grad[0], ctx.needs_input_grad[1], ctx.has_bias and ctx.needs_input_grad[2]]
+    gi = gw = gb = None
+    if any(mask):
+        with _ForwardSelection(ctx.backend_selection):
+            gi, gw, gb = _ops.conv2d_backward(grad, input, weight, stride, padding, dilation, groups, mask)
+    gr = grad if ctx.has_residual and ctx.needs_input_grad[7] else None
+    return (
+        gi if mask[0] else None,
+        gw if mask[1] else None,
+        gb if mask[2] else None,
+        None,
+        None,
+        None,
+        None,
+        gr,
+    )
+
+
+torch.library.register_autograd("xkernels::conv2d_relu", _conv2d_relu_bwd, setup_context=_conv2d_relu_setup)
 
 
 def _layer_norm_setup(ctx, inputs, output):

@@ -141,11 +141,66 @@ def _t_layer_norm_backward(grad_output, input, normalized_shape, mean, rstd, wei
     return (gi if mask[0] else _empty(input), gw if mask[1] else _empty(input), gb if mask[2] else _empty(input))
 
 
+def _t_conv2d_relu(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1, residual=None):
+    y = F.conv2d(input, weight, bias, stride, padding, dilation, groups)
+    return torch.relu(y if residual is None else y + residual)
+
+
+def _conv2d_pack_layout(weight_shape, groups: int, dtype: torch.dtype):
+    """(lanes over groups?, lanes, pad): csrc/include/xkernels/shapes.h conv2d_pack_layout, written again."""
+    O, _, _, _ = weight_shape
+    Opg, S = O // groups, (8 if dtype == torch.float64 else 16)
+
+    def up(v, m):
+        return -(-v // m) * m
+
+    if groups * up(Opg, S) > Opg * up(groups, S):
+        return True, S, up(groups, S)
+    return False, S, up(Opg, S * (4 if Opg >= 48 else 1))
+
+
+def _t_pack_conv2d_weight(weight, groups=1):
+    """pack_conv2d_weight in torch ops: the layout of shapes.h, built independently of the C++ code."""
+    O, Cpg, KH, KW = weight.shape
+    G = groups
+    w5 = weight.reshape(G, O // G, Cpg, KH, KW)
+    group_lanes, _, pad = _conv2d_pack_layout(weight.shape, groups, weight.dtype)
+    if group_lanes:  # [KH, KW, Cpg, Opg, G_pad]
+        out = weight.new_zeros(KH, KW, Cpg, O // G, pad)
+        out[..., :G] = w5.permute(3, 4, 2, 1, 0)
+        return out.reshape(-1)
+    out = weight.new_zeros(G, KH, KW, Cpg, pad)  # [G, KH, KW, Cpg, Opg_pad] + one zero
+    out[..., : O // G] = w5.permute(0, 3, 4, 2, 1)
+    return torch.cat([out.reshape(-1), weight.new_zeros(1)])
+
+
+def _t_unpack_conv2d_weight(packed, weight_shape, groups):
+    O, Cpg, KH, KW = weight_shape
+    G = groups
+    group_lanes, _, pad = _conv2d_pack_layout(weight_shape, groups, packed.dtype)
+    if group_lanes:
+        return packed.view(KH, KW, Cpg, O // G, pad)[..., :G].permute(4, 3, 2, 0, 1).reshape(weight_shape)
+    body = packed[: G * KH * KW * Cpg * pad].view(G, KH, KW, Cpg, pad)[..., : O // G]
+    return body.permute(0, 4, 3, 1, 2).reshape(weight_shape)
+
+
+def _t_conv2d_packed(
+    input, packed_weight, weight_shape, bias, stride, padding, dilation, groups, residual=None, relu=False
+):
+    weight = _t_unpack_conv2d_weight(packed_weight, list(weight_shape), groups)
+    if relu:
+        return _t_conv2d_relu(input, weight, bias, stride, padding, dilation, groups, residual)
+    return F.conv2d(input, weight, bias, stride, padding, dilation, groups)
+
+
 _TORCH_IMPLS = {
     "fused_linear_relu": fused_linear_relu,
     "fused_linear_relu_backward": _t_fused_linear_relu_backward,
     "conv2d": F.conv2d,
     "conv2d_backward": _t_conv2d_backward,
+    "conv2d_relu": _t_conv2d_relu,
+    "pack_conv2d_weight": _t_pack_conv2d_weight,
+    "conv2d_packed": _t_conv2d_packed,
     "layer_norm_forward": _t_layer_norm_forward,
     "layer_norm_backward": _t_layer_norm_backward,
 }

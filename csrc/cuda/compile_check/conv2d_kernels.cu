@@ -8,6 +8,8 @@ template <typename T, bool CL>
 void conv_kernels(std::vector<const void*>& out) {
   add_gemm<T, k::ConvWeightA<T, CL>, k::ConvInputPatchB<T, CL>, k::ConvOutputEpilogue<T, true>>(out);
   add_gemm<T, k::ConvWeightA<T, CL>, k::ConvInputPatchB<T, CL>, k::ConvOutputEpilogue<T, false>>(out);
+  add_gemm<T, k::ConvWeightA<T, CL>, k::ConvInputPatchB<T, CL>, k::ConvOutputEpilogue<T, true, true>>(out);
+  add_gemm<T, k::ConvWeightA<T, CL>, k::ConvInputPatchB<T, CL>, k::ConvOutputEpilogue<T, false, true>>(out);
   add_gemm<T, k::ConvWeightTA<T, CL>, k::ConvGradOutputScatterB<T, CL>, k::ConvGradInputEpilogue<T>>(out);
   add_gemm<T, k::ConvGradOutputA<T, CL>, k::ConvInputPatchTB<T, CL>, k::ConvGradWeightEpilogue<T, CL>>(out);
   add_column_sum<k::acc_t<T>, !CL, k::ConvGradOutputColumns<T>, k::StoreVector<T>>(out);

@@ -245,7 +245,17 @@ void check_conv(Rng& rng, int trial, const Runner& run, int max_hw) {
                                  : "half",
                 CL ? "channels_last" : "NCHW", trial, (long long)p.N, (long long)p.C, (long long)p.H, (long long)p.W,
                 (long long)p.O, (long long)groups, (long long)p.KH, (long long)p.KW);
+  // conv2d_relu's epilogue: relu(conv + bias + residual), the residual laid out as y.
+  const auto res = ints<T>(rng, y_ref.size());
+  std::vector<T> yr(y_ref.size(), nan);
+  run.template gemm<T>(groups, p.Og, p.N * p.OH * p.OW, p.Cg * p.KH * p.KW, k::ConvWeightA<T, CL>{w.data(), sw, p},
+                       k::ConvInputPatchB<T, CL>{x.data(), sx, p},
+                       k::ConvOutputEpilogue<T, true, true>{yr.data(), sy, bias.data(), p, res.data()});
+  const auto resd = as_double(res);
+  std::vector<double> yr_ref(y_ref.size());
+  for (size_t i = 0; i < y_ref.size(); ++i) yr_ref[i] = std::max(0.0, y_ref[i] + resd[i]);
   expect_close(std::string(what) + " forward", as_double(y), y_ref);
+  expect_close(std::string(what) + " forward relu(+residual)", as_double(yr), yr_ref);
   expect_close(std::string(what) + " grad_input", as_double(dx), dx_ref);
   expect_close(std::string(what) + " grad_weight", as_double(dw), dw_ref);
   expect_close(std::string(what) + " grad_bias", as_double(db), db_ref);

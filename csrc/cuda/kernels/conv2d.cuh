@@ -94,19 +94,26 @@ struct ConvInputPatchB {
   }
 };
 
-// y(b, g*Og + o, oh, ow) = v [+ bias]
-template <typename T, bool kHasBias>
+// y(b, g*Og + o, oh, ow) = v [+ bias], and for conv2d_relu (kRelu) relu(that + residual), the residual
+// (or null) laid out exactly as y; formed in acc_t, rounded once; the ReLU keeps NaN (as torch.relu).
+template <typename T, bool kHasBias, bool kRelu = false>
 struct ConvOutputEpilogue {
   T* y;
   Strides4 s;
   const T* bias;
   ConvGeometry p;
+  const T* residual = nullptr;
   __host__ __device__ void operator()(int64_t g, int64_t o, int64_t n, acc_t<T> v) const {
     int64_t b, oh, ow;
     split_spatial(n, p.OH, p.OW, b, oh, ow);
     const int64_t oc = g * p.Og + o;
+    const int64_t idx = b * s.n + oc * s.c + oh * s.h + ow * s.w;
     if constexpr (kHasBias) v = v + Num<T>::to_acc(bias[oc]);
-    y[b * s.n + oc * s.c + oh * s.h + ow * s.w] = Num<T>::from_acc(v);
+    if constexpr (kRelu) {
+      if (residual != nullptr) v = v + Num<T>::to_acc(residual[idx]);
+      v = v < acc_t<T>(0) ? acc_t<T>(0) : v;
+    }
+    y[idx] = Num<T>::from_acc(v);
   }
 };
 

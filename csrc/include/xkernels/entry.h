@@ -118,6 +118,66 @@ at::Tensor conv2d(const at::Tensor& input, const at::Tensor& weight, const std::
   XK_CALL_BACKEND(chosen, conv2d, input, weight, b, p);
 }
 
+// relu(conv2d + residual): the conv2d entry with the fused epilogue (ops.h).
+template <Chooser choose>
+at::Tensor conv2d_relu(const at::Tensor& input, const at::Tensor& weight, const std::optional<at::Tensor>& bias,
+                       at::IntArrayRef stride, at::IntArrayRef padding, at::IntArrayRef dilation, int64_t groups,
+                       const std::optional<at::Tensor>& residual) {
+  const Conv2dProblem p = check_conv2d_relu(input, weight, bias, stride, padding, dilation, groups, residual);
+  const at::Tensor b = value_or_undefined(bias);
+  const at::Tensor r = value_or_undefined(residual);
+  const auto fmt = p.channels_last ? at::MemoryFormat::ChannelsLast : at::MemoryFormat::Contiguous;
+  if (p.N == 0 || p.O == 0) return at::empty(p.out_sizes(), input.options().memory_format(fmt));
+  if (p.C == 0 || p.KH == 0 || p.KW == 0) {  // empty reduction: relu(bias (or 0) + residual) everywhere
+    at::Tensor out = zeros_in(p.out_sizes(), input.options(), fmt);
+    if (b.defined()) out.add_(p.batched ? b.view({1, p.O, 1, 1}) : b.view({p.O, 1, 1}));
+    if (r.defined()) out.add_(r);
+    return out.clamp_min_(0);
+  }
+  const Backend chosen = choose("conv2d_relu", input.scalar_type());
+  XK_CALL_BACKEND(chosen, conv2d_relu, input, weight, b, r, p);
+}
+
+// Pre-packed conv2d weights: CPU key only (reference, SYCL on the CPU device, acpp).
+template <Chooser choose>
+at::Tensor pack_conv2d_weight(const at::Tensor& weight, int64_t groups) {
+  check_pack_conv2d_weight(weight, groups);
+  if (weight.numel() == 0)
+    return at::zeros({conv2d_pack_layout(weight.sizes(), groups, weight.scalar_type()).numel}, weight.options());
+  switch (choose("pack_conv2d_weight", weight.scalar_type())) {
+    case Backend::Reference: return reference::pack_conv2d_weight(weight, groups);
+    case Backend::Sycl: XK_IF_SYCL(return sycl_backend::pack_conv2d_weight(weight, groups));
+    case Backend::Acpp: XK_IF_ACPP(return acpp_backend::pack_conv2d_weight(weight, groups));
+    default:
+      TORCH_CHECK(false, "xkernels.pack_conv2d_weight: only the 'reference', 'sycl' and 'acpp' backends pack weights");
+  }
+}
+
+template <Chooser choose>
+at::Tensor conv2d_packed(const at::Tensor& input, const at::Tensor& packed_weight, at::IntArrayRef weight_shape,
+                         const std::optional<at::Tensor>& bias, at::IntArrayRef stride, at::IntArrayRef padding,
+                         at::IntArrayRef dilation, int64_t groups, const std::optional<at::Tensor>& residual,
+                         bool relu) {
+  const Conv2dProblem p =
+      check_conv2d_packed(input, packed_weight, weight_shape, bias, stride, padding, dilation, groups, residual);
+  const at::Tensor b = value_or_undefined(bias);
+  const at::Tensor r = value_or_undefined(residual);
+  const auto fmt = p.channels_last ? at::MemoryFormat::ChannelsLast : at::MemoryFormat::Contiguous;
+  if (p.N == 0 || p.O == 0) return at::empty(p.out_sizes(), input.options().memory_format(fmt));
+  if (p.C == 0 || p.KH == 0 || p.KW == 0) {  // empty reduction: [relu](bias (or 0) + residual) everywhere
+    at::Tensor out = zeros_in(p.out_sizes(), input.options(), fmt);
+    if (b.defined()) out.add_(p.batched ? b.view({1, p.O, 1, 1}) : b.view({p.O, 1, 1}));
+    if (r.defined()) out.add_(r);
+    return relu ? out.clamp_min_(0) : out;
+  }
+  switch (choose("conv2d_packed", input.scalar_type())) {
+    case Backend::Reference: return reference::conv2d_packed(input, packed_weight, b, r, relu, p);
+    case Backend::Sycl: XK_IF_SYCL(return sycl_backend::conv2d_packed(input, packed_weight, b, r, relu, p));
+    case Backend::Acpp: XK_IF_ACPP(return acpp_backend::conv2d_packed(input, packed_weight, b, r, relu, p));
+    default: TORCH_CHECK(false, "xkernels.conv2d_packed: only the 'reference', 'sycl' and 'acpp' backends run it");
+  }
+}
+
 template <Chooser choose>
 Grads conv2d_backward(const at::Tensor& grad_output, const at::Tensor& input, const at::Tensor& weight,
                       at::IntArrayRef stride, at::IntArrayRef padding, at::IntArrayRef dilation, int64_t groups,

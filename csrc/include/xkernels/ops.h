@@ -12,6 +12,9 @@
 //    the forward output for the ReLU mask: grad flows where NOT (output <= 0), i.e. also
 //    where the output is NaN, exactly as torch.relu's backward (threshold_backward).
 //  * conv2d: output in p.channels_last memory format, 3-D when !p.batched.
+//  * conv2d_relu: relu(conv2d(input, weight, bias) + residual), the same output layout as conv2d;
+//    residual (optional) has the output's sizes, any strides. The sum is formed in the accumulation
+//    type and rounded once; relu keeps NaN (as torch.relu).
 //  * layer_norm_forward_out: writes the output into `out` (dense, contiguous, the input's sizes
 //    and dtype; it may be the input itself — in place — but shares no other memory with the
 //    inputs) and, when defined, the statistics into mean/rstd (p.stat_sizes, contiguous, the
@@ -36,6 +39,13 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> fused_linear_relu_backward(
     const at::Tensor& grad_output, const at::Tensor& input, const at::Tensor& weight, const at::Tensor& output,
     const LinearProblem& p, std::array<bool, 3> mask);
 at::Tensor conv2d(const at::Tensor& input, const at::Tensor& weight, const at::Tensor& bias, const Conv2dProblem& p);
+at::Tensor conv2d_relu(const at::Tensor& input, const at::Tensor& weight, const at::Tensor& bias,
+                       const at::Tensor& residual, const Conv2dProblem& p);
+// Pre-packed conv2d weights (CPU tensors only): pack_conv2d_weight returns the weight in shapes.h's
+// conv2d_pack layout; conv2d_packed is conv2d (relu = false) or conv2d_relu (true) with it.
+at::Tensor pack_conv2d_weight(const at::Tensor& weight, int64_t groups);
+at::Tensor conv2d_packed(const at::Tensor& input, const at::Tensor& packed_weight, const at::Tensor& bias,
+                         const at::Tensor& residual, bool relu, const Conv2dProblem& p);
 std::tuple<at::Tensor, at::Tensor, at::Tensor> conv2d_backward(const at::Tensor& grad_output, const at::Tensor& input,
                                                                const at::Tensor& weight, const Conv2dProblem& p,
                                                                std::array<bool, 3> mask);
@@ -62,6 +72,13 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> fused_linear_relu_backward(
     const at::Tensor& grad_output, const at::Tensor& input, const at::Tensor& weight, const at::Tensor& output,
     const LinearProblem& p, std::array<bool, 3> mask);
 at::Tensor conv2d(const at::Tensor& input, const at::Tensor& weight, const at::Tensor& bias, const Conv2dProblem& p);
+at::Tensor conv2d_relu(const at::Tensor& input, const at::Tensor& weight, const at::Tensor& bias,
+                       const at::Tensor& residual, const Conv2dProblem& p);
+// Pre-packed conv2d weights (CPU tensors only): pack_conv2d_weight returns the weight in shapes.h's
+// conv2d_pack layout; conv2d_packed is conv2d (relu = false) or conv2d_relu (true) with it.
+at::Tensor pack_conv2d_weight(const at::Tensor& weight, int64_t groups);
+at::Tensor conv2d_packed(const at::Tensor& input, const at::Tensor& packed_weight, const at::Tensor& bias,
+                         const at::Tensor& residual, bool relu, const Conv2dProblem& p);
 std::tuple<at::Tensor, at::Tensor, at::Tensor> conv2d_backward(const at::Tensor& grad_output, const at::Tensor& input,
                                                                const at::Tensor& weight, const Conv2dProblem& p,
                                                                std::array<bool, 3> mask);
@@ -90,6 +107,13 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> fused_linear_relu_backward(
     const at::Tensor& grad_output, const at::Tensor& input, const at::Tensor& weight, const at::Tensor& output,
     const LinearProblem& p, std::array<bool, 3> mask);
 at::Tensor conv2d(const at::Tensor& input, const at::Tensor& weight, const at::Tensor& bias, const Conv2dProblem& p);
+at::Tensor conv2d_relu(const at::Tensor& input, const at::Tensor& weight, const at::Tensor& bias,
+                       const at::Tensor& residual, const Conv2dProblem& p);
+// Pre-packed conv2d weights (CPU tensors only): pack_conv2d_weight returns the weight in shapes.h's
+// conv2d_pack layout; conv2d_packed is conv2d (relu = false) or conv2d_relu (true) with it.
+at::Tensor pack_conv2d_weight(const at::Tensor& weight, int64_t groups);
+at::Tensor conv2d_packed(const at::Tensor& input, const at::Tensor& packed_weight, const at::Tensor& bias,
+                         const at::Tensor& residual, bool relu, const Conv2dProblem& p);
 std::tuple<at::Tensor, at::Tensor, at::Tensor> conv2d_backward(const at::Tensor& grad_output, const at::Tensor& input,
                                                                const at::Tensor& weight, const Conv2dProblem& p,
                                                                std::array<bool, 3> mask);
@@ -116,6 +140,8 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> fused_linear_relu_backward(
     const at::Tensor& grad_output, const at::Tensor& input, const at::Tensor& weight, const at::Tensor& output,
     const LinearProblem& p, std::array<bool, 3> mask);
 at::Tensor conv2d(const at::Tensor& input, const at::Tensor& weight, const at::Tensor& bias, const Conv2dProblem& p);
+at::Tensor conv2d_relu(const at::Tensor& input, const at::Tensor& weight, const at::Tensor& bias,
+                       const at::Tensor& residual, const Conv2dProblem& p);
 std::tuple<at::Tensor, at::Tensor, at::Tensor> conv2d_backward(const at::Tensor& grad_output, const at::Tensor& input,
                                                                const at::Tensor& weight, const Conv2dProblem& p,
                                                                std::array<bool, 3> mask);

@@ -13,6 +13,9 @@
 
 namespace xkernels {
 
+// Host-side launch arithmetic.
+inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
 // ---------------------------------------------------------------- fused_linear_relu
 // input [..., K] (any number of leading dims, or 1-D [K]); weight [N, K]; bias [N].
 // The kernels see a 2-D problem: rows M = prod(leading dims), output [M, N].
@@ -54,9 +57,49 @@ struct Conv2dProblem {
 };
 Conv2dProblem check_conv2d(const at::Tensor& input, const at::Tensor& weight, const std::optional<at::Tensor>& bias,
                            at::IntArrayRef stride, at::IntArrayRef padding, at::IntArrayRef dilation, int64_t groups);
+// conv2d_relu: check_conv2d (errors name conv2d_relu), plus residual: the output's shape, dtype and device.
+Conv2dProblem check_conv2d_relu(const at::Tensor& input, const at::Tensor& weight,
+                                const std::optional<at::Tensor>& bias, at::IntArrayRef stride, at::IntArrayRef padding,
+                                at::IntArrayRef dilation, int64_t groups, const std::optional<at::Tensor>& residual);
 Conv2dProblem check_conv2d_backward(const at::Tensor& grad_output, const at::Tensor& input, const at::Tensor& weight,
                                     at::IntArrayRef stride, at::IntArrayRef padding, at::IntArrayRef dilation,
                                     int64_t groups);
+// Pre-packed conv2d weights (pack_conv2d_weight / conv2d_packed; CPU tensors): the weight in the layout the
+// SYCL conv2d forward kernels read (kernels/conv2d.hpp), made once instead of on every call. With S lanes
+// (16; 8 for float64) and the channel vectors Q of the tile (4 from kWideMinChannels output channels per
+// group, else 1), one of
+//   lanes over channels: [G, KH, KW, C/G, O/G zero-padded to a multiple of S*Q], then one zero element;
+//   lanes over groups (depthwise-like, conv2d_group_lanes_pay): [KH, KW, C/G, O/G, G zero-padded to S].
+inline int64_t conv2d_pack_lanes(at::ScalarType t) { return t == at::kDouble ? 8 : 16; }
+constexpr int64_t kConv2dWideMinChannels = 48;  // the wide tile from this many channels per group
+inline int64_t conv2d_channel_vectors(int64_t channels_per_group) {
+  return channels_per_group >= kConv2dWideMinChannels ? 4 : 1;
+}
+// Lanes over groups keep more lanes busy than lanes over the dst_pg channels of one group:
+// G / (G rounded up to S)  >  dst_pg / (dst_pg rounded up to S), cross-multiplied.
+inline bool conv2d_group_lanes_pay(int64_t S, int64_t G, int64_t dst_pg) {
+  return G * (ceil_div(dst_pg, S) * S) > dst_pg * (ceil_div(G, S) * S);
+}
+struct Conv2dPackLayout {
+  bool group_lanes = false;
+  int64_t lanes = 0, pad = 0, numel = 0;  // pad: O/G padded (lanes over channels) or G padded (over groups)
+};
+Conv2dPackLayout conv2d_pack_layout(at::IntArrayRef weight_shape, int64_t groups, at::ScalarType dtype);
+// The kernels' weight operands, forward (transposed = false) or grad_input (true: the roles of C/G and O/G
+// swapped): [G, KH, KW, src_ch, dst_pad] + 1 zero, and [KH, KW, src_ch, dst_ch, g_pad].
+// `alloc` (optional) allocates the result (a backend's caching allocator), else at::empty.
+using Conv2dAlloc = at::Tensor (*)(at::IntArrayRef sizes, const at::TensorOptions& opts);
+at::Tensor conv2d_pack_igemm(const at::Tensor& weight, int64_t groups, bool transposed, int64_t dst_pad,
+                             Conv2dAlloc alloc = nullptr);
+at::Tensor conv2d_pack_igemm_groups(const at::Tensor& weight, int64_t groups, bool transposed, int64_t g_pad,
+                                    Conv2dAlloc alloc = nullptr);
+at::Tensor conv2d_pack(const at::Tensor& weight, int64_t groups);  // the forward layout above, flat
+at::Tensor conv2d_unpack(const at::Tensor& packed, at::IntArrayRef weight_shape, int64_t groups);
+void check_pack_conv2d_weight(const at::Tensor& weight, int64_t groups);
+Conv2dProblem check_conv2d_packed(const at::Tensor& input, const at::Tensor& packed_weight,
+                                  at::IntArrayRef weight_shape, const std::optional<at::Tensor>& bias,
+                                  at::IntArrayRef stride, at::IntArrayRef padding, at::IntArrayRef dilation,
+                                  int64_t groups, const std::optional<at::Tensor>& residual);
 // Padding for conv2d.padding ('same' / 'valid'): per spatial dim the (before, after) amounts.
 std::array<std::array<int64_t, 2>, 2> conv2d_string_padding(const at::Tensor& input, const at::Tensor& weight,
                                                             at::IntArrayRef stride, c10::string_view padding,
@@ -98,9 +141,6 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> layer_norm_empty_outputs(const at
 
 // An optional parameter made dense, or left undefined when absent.
 inline at::Tensor contiguous_if_defined(const at::Tensor& t) { return t.defined() ? t.contiguous() : t; }
-
-// Host-side launch arithmetic.
-inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 // Returns the tensor if defined and present, else an undefined tensor.
 inline at::Tensor value_or_undefined(const std::optional<at::Tensor>& t) {

@@ -43,11 +43,13 @@ struct conv2d_igemm_params {
   const T* src;
   const T* wpk;
   const T* bias;
+  const T* res;  // forward epilogue (conv2d_relu): residual in dst's layout, or null
   T* dst;
   int64_t N, Cs, Hs, Ws, sN, sC, sH, sW, Cd, Hd, Wd, Cd_pad, G, KH, KW, sh, sw, ph, pw, dh, dw;
   int32_t transposed;
   int64_t tiles_per_group;
   int32_t pixel_major;
+  int32_t relu;  // forward epilogue: 1 = ReLU after bias and residual
 };
 template <bool DST_CL, int S, int R, int Q>
 struct conv2d_igemm {
@@ -66,11 +68,13 @@ struct conv2d_igemm_groups_params {
   const T* src;
   const T* wpk;
   const T* bias;
+  const T* res;  // forward epilogue (conv2d_relu): residual in dst's layout, or null
   T* dst;
   int64_t N, Cs, Hs, Ws, sN, sC, sH, sW, Cd, Hd, Wd, G_pad, G, KH, KW, sh, sw, ph, pw, dh, dw;
   int32_t transposed;
   int64_t tiles_per_group;
   int32_t pixel_major;  // pixel_major: unused here (grouped weights are small)
+  int32_t relu;         // forward epilogue: 1 = ReLU after bias and residual
 };
 template <bool DST_CL, int S, int R>
 struct conv2d_igemm_groups {
@@ -213,6 +217,8 @@ inline int64_t dst_offset(int64_t m, int64_t n, int64_t ch, int64_t y, int64_t x
 //      FOLLOWED BY at least one zero element: taps that fall outside the source read that
 //      zero with channel stride 0, so the inner loop has no branch and no 0*Inf.
 // bias: [Cd] or null (forward only). dst: [N, Cd, Hd, Wd] in the DST_CL/NCHW memory format.
+// Epilogue (forward only): v = acc + bias [+ res at dst's offset] [then ReLU, NaN kept], formed in A,
+// rounded once when stored. res is null or laid out exactly as dst.
 // tiles_per_group: consecutive R-pixel tiles each work-group computes.
 // pixel_major: 0 = consecutive work-groups take consecutive channel tiles of the same pixels (the
 // source rows they all read stay in cache: layers with more activations than weights); 1 = consecutive
@@ -227,6 +233,8 @@ void conv2d_igemm<DST_CL, S, R, Q>::run(item_arg<1> ia, const params<T>& p) {
   const auto src = p.src;
   const auto wpk = p.wpk;
   const auto bias = p.bias;
+  const auto res = p.res;
+  const auto relu = p.relu;
   const auto dst = p.dst;
   const auto N = p.N;
   const auto Cs = p.Cs;
@@ -333,7 +341,10 @@ void conv2d_igemm<DST_CL, S, R, Q>::run(item_arg<1> ia, const params<T>& p) {
         for (int r = 0; r < R; ++r) {
           if (m0 + r < M) {
             const int64_t o = dst_offset<DST_CL>(m0 + r, pn[r], ch, py[r], px[r], Cd, HWd, Wd);
-            store<T>(dst, o, acc[r][q] + b);
+            A v = acc[r][q] + b;
+            if (res != nullptr) v += load<T>(res, o);
+            if (relu) v = v < A(0) ? A(0) : v;  // NaN propagates, as torch.relu
+            store<T>(dst, o, v);
           }
         }
       }
@@ -357,6 +368,8 @@ void conv2d_igemm_groups<DST_CL, S, R>::run(item_arg<1> ia, const params<T>& p) 
   const auto src = p.src;
   const auto wpk = p.wpk;
   const auto bias = p.bias;
+  const auto res = p.res;
+  const auto relu = p.relu;
   const auto dst = p.dst;
   const auto N = p.N;
   const auto Cs = p.Cs;
@@ -440,7 +453,10 @@ void conv2d_igemm_groups<DST_CL, S, R>::run(item_arg<1> ia, const params<T>& p) 
       for (int r = 0; r < R; ++r) {
         if (m0 + r < M) {
           const int64_t o = dst_offset<DST_CL>(m0 + r, pn[r], ch, py[r], px[r], Cd, HWd, Wd);
-          store<T>(dst, o, acc[r] + b);
+          A v = acc[r] + b;
+          if (res != nullptr) v += load<T>(res, o);
+          if (relu) v = v < A(0) ? A(0) : v;  // NaN propagates, as torch.relu
+          store<T>(dst, o, v);
         }
       }
     }

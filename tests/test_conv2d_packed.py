@@ -1,0 +1,202 @@
+"""Pre-packed conv2d weights: pack_conv2d_weight + conv2d_packed against conv2d / conv2d_relu and float64 torch,
+their errors, and the packed-weight cache of the xkernels.nn convolution modules."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+import xkernels
+import xkernels.nn as xnn
+from xkernels import reference
+from xkernels.tolerances import DTYPES, assert_close
+
+import _backends
+from compare import randn
+
+# (N, C, H, W, O, KH, KW, stride, padding, dilation, groups): every layout of shapes.h's conv2d_pack_layout
+CASES = {
+    "narrow": (2, 3, 7, 9, 5, 3, 3, 1, 1, 1, 1),  # lanes over channels, one channel vector
+    "wide": (1, 8, 6, 5, 64, 3, 3, 2, 1, 1, 1),  # lanes over channels, 4 channel vectors (>= 48 per group)
+    "groups": (2, 6, 9, 8, 9, 3, 2, (1, 2), (2, 0), (1, 2), 3),
+    "depthwise": (2, 32, 7, 7, 32, 3, 3, 1, 1, 1, 32),  # lanes over groups
+    "pointwise": (2, 16, 5, 6, 24, 1, 1, 1, 0, 1, 1),
+}
+
+
+def _tensors(case, dtype):
+    N, C, H, W, O, KH, KW, stride, padding, dilation, groups = case
+    x = randn(N, C, H, W, dtype=dtype)
+    w = randn(O, C // groups, KH, KW, dtype=dtype)
+    b = randn(O, dtype=dtype)
+    args = (stride, padding, dilation, groups)
+    r = randn(*F.conv2d(x, w, b, *args).shape, dtype=dtype)
+    return x, w, b, r, args
+
+
+@pytest.fixture
+def cpu_packing_backend(backend):
+    if backend.device.type != "cpu":
+        pytest.skip(f"packed conv2d weights are for CPU tensors; backend '{backend.name}' runs on {backend.device}")
+    return backend
+
+
+@pytest.mark.parametrize("case", CASES.values(), ids=CASES.keys())
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_packed_equals_unpacked(cpu_packing_backend, dtype, case):
+    """The same kernels read the same operand: bit-identical to conv2d / conv2d_relu, and within the
+    float64 oracle's budget."""
+    x, w, b, r, args = _tensors(case, dtype)
+    packed = xkernels.pack_conv2d_weight(w, args[3])
+    assert packed.dim() == 1 and packed.dtype == dtype
+    with torch.no_grad():
+        plain = xkernels.conv2d_packed(x, packed, w.shape, b, *args)
+        fused = xkernels.conv2d_packed(x, packed, w.shape, b, *args, residual=r, relu=True)
+        fused_nores = xkernels.conv2d_packed(x, packed, w.shape, None, *args, relu=True)
+    assert torch.equal(plain, xkernels.conv2d(x, w, b, *args))
+    assert torch.equal(fused, xkernels.conv2d_relu(x, w, b, *args, residual=r))
+    assert torch.equal(fused_nores, xkernels.conv2d_relu(x, w, None, *args))
+    x64, w64, b64, r64 = (t.double() for t in (x, w, b, r))
+    assert_close(plain, F.conv2d(x64, w64, b64, *args), dtype, "conv2d_packed")
+    assert_close(fused, torch.relu(F.conv2d(x64, w64, b64, *args) + r64), dtype, "conv2d_packed relu")
+
+
+@pytest.mark.parametrize("case", CASES.values(), ids=CASES.keys())
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=str)
+def test_layout_matches_independent_torch_implementation(cpu_packing_backend, dtype, case):
+    """The C++ packing equals xkernels.reference's torch-op packing of the documented layout (bit for bit),
+    and the torch pseudo-backend's conv2d_packed (which unpacks that layout) gives conv2d's result."""
+    x, w, b, r, args = _tensors(case, dtype)
+    packed = xkernels.pack_conv2d_weight(w, args[3])
+    with reference.torch_ops() as calls:
+        packed_t = xkernels.pack_conv2d_weight(w, args[3])
+        with torch.no_grad():
+            out_t = xkernels.conv2d_packed(x, packed, w.shape, b, *args, residual=r, relu=True)
+    assert calls == {"pack_conv2d_weight": 1, "conv2d_packed": 1}
+    assert torch.equal(packed, packed_t)
+    assert torch.equal(out_t, torch.relu(F.conv2d(x, w, b, *args) + r))
+
+
+@pytest.mark.filterwarnings("ignore:Using padding='same' with even kernel lengths")
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=str)
+def test_channels_last_unbatched_and_string_padding(cpu_packing_backend, dtype):
+    x, w, b, r, args = _tensors(CASES["narrow"], dtype)
+    packed = xkernels.pack_conv2d_weight(w)
+    with torch.no_grad():
+        xc = x.to(memory_format=torch.channels_last)
+        out = xkernels.conv2d_packed(xc, packed, w.shape, b, *args)
+        assert out.is_contiguous(memory_format=torch.channels_last)
+        assert torch.equal(out, xkernels.conv2d(xc, w, b, *args))
+        out3 = xkernels.conv2d_packed(x[1], packed, w.shape, b, *args, residual=r[1], relu=True)
+        assert torch.equal(out3, xkernels.conv2d_relu(x[1], w, b, *args, residual=r[1]))
+        w4 = randn(5, 3, 3, 4, dtype=dtype)  # 'same' with an odd total padding
+        same = xkernels.conv2d_packed(x, xkernels.pack_conv2d_weight(w4), w4.shape, None, padding="same")
+    assert_close(same, F.conv2d(x.double(), w4.double(), padding="same"), dtype, "conv2d_packed padding='same'")
+
+
+def test_errors(cpu_packing_backend):
+    x, w, b, r, args = _tensors(CASES["narrow"], torch.float32)
+    packed = xkernels.pack_conv2d_weight(w)
+    with torch.no_grad():
+        with pytest.raises(ValueError, match=r"xkernels\.conv2d_packed: argument 'packed_weight' must be what "):
+            xkernels.conv2d_packed(x, packed[:-1], w.shape, b, *args)
+        with pytest.raises(ValueError, match=r"argument 'packed_weight' must be what pack_conv2d_weight returns"):
+            xkernels.conv2d_packed(x, packed, (5, 3, 3, 2), b, *args)
+        with pytest.raises(RuntimeError, match=r"argument 'packed_weight' has dtype Double but 'input' has dtype"):
+            xkernels.conv2d_packed(x, packed.double(), w.shape, b, *args)
+        with pytest.raises(ValueError, match=r"xkernels\.conv2d_packed: argument 'weight_shape' must be 4-D"):
+            xkernels.conv2d_packed(x, packed, (5, 3, 3), b, *args)
+        with pytest.raises(ValueError, match=r"argument 'residual' needs relu=True"):
+            xkernels.conv2d_packed(x, packed, w.shape, b, *args, residual=r)
+        with pytest.raises(ValueError, match=r"xkernels\.conv2d_packed: argument 'residual' must have the output's"):
+            xkernels.conv2d_packed(x, packed, w.shape, b, *args, residual=r[:, :2], relu=True)
+        with pytest.raises(ValueError, match=r"xkernels\.pack_conv2d_weight: argument 'groups'=2 must divide"):
+            xkernels.pack_conv2d_weight(w, 2)
+        with pytest.raises(ValueError, match=r"xkernels\.pack_conv2d_weight: argument 'weight' must be 4-D"):
+            xkernels.pack_conv2d_weight(w[0])
+    # not differentiable: an argument that requires grad raises with grad mode on
+    with pytest.raises(RuntimeError, match=r"xkernels\.conv2d_packed: not differentiable .* argument 'input'"):
+        xkernels.conv2d_packed(x.requires_grad_(), packed, w.shape, b, *args)
+
+
+def test_opcheck(cpu_packing_backend):
+    x, w, b, r, args = _tensors(CASES["groups"], torch.float32)
+    stride, padding, dilation = ([v, v] if isinstance(v, int) else list(v) for v in args[:3])
+    groups = args[3]
+    torch.library.opcheck(torch.ops.xkernels.pack_conv2d_weight.default, (w, groups))
+    packed = xkernels.pack_conv2d_weight(w, groups)
+    for res, relu in ((None, False), (r, True)):
+        torch.library.opcheck(
+            torch.ops.xkernels.conv2d_packed.default,
+            (x, packed, list(w.shape), b, stride, padding, dilation, groups, res, relu),
+        )
+
+
+# ------------------------------------------------------------------ the modules' cache (SYCL backend)
+def _cache(m):
+    return m.__dict__.get("_packed_cache")
+
+
+@pytest.fixture
+def sycl_backend():
+    be = _backends.get("sycl")
+    with xkernels.use_backend(be.name):
+        yield be
+
+
+def test_conv2d_module_cache_used_and_invalidated(sycl_backend):
+    torch.manual_seed(0)
+    ref = nn.Conv2d(4, 8, 3, padding=1)
+    m = xnn.Conv2d.from_conv2d(ref)
+    m.pack_weight = True
+    x = torch.randn(2, 4, 6, 6)
+    with torch.no_grad():
+        y = m(x)
+        first = _cache(m)
+        assert first is not None, "no grad needed on the SYCL backend: the packed copy is used"
+        assert torch.equal(y, xkernels.conv2d(x, m.weight, m.bias, 1, 1))
+        m(x)
+        assert _cache(m)[2] is first[2], "unchanged weight: reused"
+        m.weight.add_(0.5)  # in place: the version counter moves
+        y = m(x)
+        assert _cache(m)[2] is not first[2]
+        assert_close(y, F.conv2d(x.double(), m.weight.double(), m.bias.double(), padding=1), torch.float32, "repacked")
+    # gradients needed: the parameter itself, so the gradient reaches it
+    y = m(x)
+    y.sum().backward()
+    assert m.weight.grad is not None
+
+
+def test_optimize_pack_weights_reaches_convolutions(sycl_backend):
+    """optimize(pack_weights=True) on an eval-mode conv-BN-ReLU block with a residual: every convolution
+    (folded, with epilogue) packs, and the output matches the unpacked optimized model exactly."""
+
+    class Block(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv1, self.bn1 = nn.Conv2d(8, 8, 3, padding=1, bias=False), nn.BatchNorm2d(8)
+            self.conv2, self.bn2 = nn.Conv2d(8, 8, 3, padding=1, bias=False), nn.BatchNorm2d(8)
+            self.down = nn.Conv2d(8, 8, 1)
+
+        def forward(self, x):
+            y = torch.relu(self.bn1(self.conv1(x)))
+            return torch.relu(self.bn2(self.conv2(y)) + self.down(x))
+
+    torch.manual_seed(0)
+    model = Block().eval()
+    for bn in (model.bn1, model.bn2):
+        bn.running_mean.uniform_(-0.5, 0.5)
+        bn.running_var.uniform_(0.5, 2.0)
+    x = torch.randn(2, 8, 7, 7)
+    plain = xkernels.optimize(model)
+    packed = xkernels.optimize(model, pack_weights=True)
+    convs = [m for m in packed.modules() if isinstance(m, xnn.Conv2d)]
+    assert len(convs) == 3 and all(m.pack_weight for m in convs)
+    assert sum(isinstance(m, xnn.Conv2dEpilogue) for m in convs) == 2
+    with torch.no_grad():
+        out = packed(x)
+        assert all(_cache(m) is not None for m in convs)
+        assert torch.equal(out, plain(x))
+        assert_close(out, model.double()(x.double()), torch.float32, "packed optimized block")
