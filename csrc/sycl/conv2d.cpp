@@ -33,6 +33,11 @@ struct Conv2dConfig {
   // + 4 weight vectors + 1 broadcast = 29 of 32 vector registers: the inner loop compiles
   // to 4 loads, 6 broadcasts and 24 FMAs without spills (checked in the generated assembly).
   static constexpr int kWideR = 6, kWideQ = 4;
+  // On 16-register devices (AVX2: 16 ymm; DeviceTraits::vector_registers) the wide tile is R=6 x Q=2 of
+  // 8-lane vectors: 12 accumulators + 2 weight vectors + 1 broadcast = 15 registers. The 6x4 tile of 16
+  // lanes there needed 58 ymm, and its generated inner loop loaded and stored every accumulator from the
+  // stack (checked in the assembly).
+  static constexpr int kWideQ16 = 2;
   // "Narrow" tile for few channels per group (grouped / depthwise convolutions): one channel
   // vector, more pixels, so fewer lanes idle.
   static constexpr int kNarrowR = 8, kNarrowQ = 1;
@@ -99,18 +104,26 @@ void with_lanes(int64_t S, F&& f) {
 struct Tile {
   int R, Q;
 };
-Tile igemm_tile(int64_t channels_per_group) {
-  static_assert(Conv2dConfig::kWideQ == 4 && Conv2dConfig::kNarrowQ == 1, "shapes.h conv2d_channel_vectors");
-  return channels_per_group >= Conv2dConfig::kWideMinChannels ? Tile{Conv2dConfig::kWideR, Conv2dConfig::kWideQ}
-                                                              : Tile{Conv2dConfig::kNarrowR, Conv2dConfig::kNarrowQ};
+Tile igemm_tile(int64_t channels_per_group, int vector_registers) {
+  using C = Conv2dConfig;
+  static_assert(C::kWideQ == 4 && C::kNarrowQ == 1, "shapes.h conv2d_channel_vectors");
+  if (channels_per_group < C::kWideMinChannels) return Tile{C::kNarrowR, C::kNarrowQ};
+  return Tile{C::kWideR, vector_registers == 16 ? C::kWideQ16 : C::kWideQ};
 }
 
-// Calls f(R, Q) with the tile as std::integral_constant<int, ...> values (the table's two tiles).
-template <typename F>
+// Calls f(R, Q) with the tile as std::integral_constant<int, ...> values (the table's tiles). The AVX2 tile
+// exists at lane width 8 only (kernels/conv2d.hpp), where lane width 8 is what lanes_for gives AVX2 devices.
+template <int S, typename F>
 void with_tile(Tile t, F&& f) {
   using C = Conv2dConfig;
   if (t.R == C::kWideR && t.Q == C::kWideQ)
     return f(std::integral_constant<int, C::kWideR>{}, std::integral_constant<int, C::kWideQ>{});
+  if constexpr (S == 8) {
+    if (t.R == C::kWideR && t.Q == C::kWideQ16)
+      return f(std::integral_constant<int, C::kWideR>{}, std::integral_constant<int, C::kWideQ16>{});
+  }
+  TORCH_CHECK(t.R == C::kNarrowR && t.Q == C::kNarrowQ, "xkernels.conv2d: no ", t.R, "x", t.Q, " tile at lane width ",
+              S);
   f(std::integral_constant<int, C::kNarrowR>{}, std::integral_constant<int, C::kNarrowQ>{});
 }
 
@@ -133,28 +146,30 @@ void run_destination_gemm(Launcher& L, const Conv2dProblem& p, const at::Tensor&
   const int64_t N = src.size(0), Cs = src.size(1), Hs = src.size(2), Ws = src.size(3);
   const int64_t Cd = dst.size(1), Hd = dst.size(2), Wd = dst.size(3);
   const int64_t M = N * Hd * Wd;
-  const bool groups = conv2d_group_lanes_pay(S, G, dst_pg);
-  const Tile tile = igemm_tile(dst_pg);
+  bool groups = conv2d_group_lanes_pay(S, G, dst_pg);
+  const Tile tile = igemm_tile(dst_pg, L.traits().vector_registers());
+  // A prepacked weight (shapes.h's layout, padded for 16 lanes, 8 for float64) decides lanes over groups or
+  // channels and the padding; its padding is a multiple of every lane width and tile this launch can take.
+  const Conv2dPackLayout layout = prepacked.defined()
+                                      ? conv2d_pack_layout({p.O, p.C_per_group(), p.KH, p.KW}, G, src.scalar_type())
+                                      : Conv2dPackLayout{};
+  if (prepacked.defined()) groups = layout.group_lanes;
   at::Tensor wpk;
   int64_t pad = 0;
   int64_t pixel_tiles = 0, other = 0;  // work-groups = ceil(pixel_tiles / per_group) * other
   if (groups) {
-    pad = ceil_div(G, S) * S;
+    pad = prepacked.defined() ? layout.pad : ceil_div(G, S) * S;
     wpk = prepacked.defined() ? prepacked : conv2d_pack_igemm_groups(weight, G, transposed, pad, &empty);
     pixel_tiles = ceil_div(M, Conv2dConfig::kGroupsR);
     other = dst_pg * (pad / S);
   } else {
-    pad = ceil_div(dst_pg, S * tile.Q) * S * tile.Q;
+    pad = prepacked.defined() ? layout.pad : ceil_div(dst_pg, S * tile.Q) * S * tile.Q;
     wpk = prepacked.defined() ? prepacked : conv2d_pack_igemm(weight, G, transposed, pad, &empty);
     pixel_tiles = ceil_div(M, tile.R);
     other = G * (pad / (S * tile.Q));
   }
-  if (prepacked.defined()) {  // the layout pack_conv2d_weight made (shapes.h) is the one this launch reads
-    const Conv2dPackLayout l = conv2d_pack_layout({p.O, p.C_per_group(), p.KH, p.KW}, G, src.scalar_type());
-    TORCH_CHECK(!transposed && l.lanes == S && l.group_lanes == groups && l.pad == pad,
-                "xkernels.conv2d_packed: ", "the packed layout (", l.lanes,
-                " lanes) does not match this device's launch (", S, " lanes)");
-  }
+  TORCH_CHECK(pad % (groups ? S : S * tile.Q) == 0, "xkernels.conv2d_packed: the packed weight's padding (", pad,
+              ") is not a multiple of this device's tile (", S, " lanes x ", groups ? 1 : tile.Q, ")");
   using C = Conv2dConfig;
   const int64_t steps = (Cs / G) * p.KH * p.KW;  // reduction steps per tile
   const int64_t by_steps = std::min(C::kMaxTilesPerGroup, ceil_div(C::kMinStepsPerGroup, steps));
@@ -194,7 +209,7 @@ void run_destination_gemm(Launcher& L, const Conv2dProblem& p, const at::Tensor&
         q.G_pad = pad;
         L.launch<K, T>(range, q);
       } else {
-        with_tile(tile, [&](auto R, auto Q) {
+        with_tile<SL>(tile, [&](auto R, auto Q) {
           using K = xk::conv2d_igemm<CL, SL, decltype(R)::value, decltype(Q)::value>;
           typename K::template params<T> q{};
           fill(q);
@@ -326,13 +341,13 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> backward(Launcher L, const at::Te
                .dw = p.dilation[1],
                .splits = splits});
         } else {
-          const Tile tile = igemm_tile(Opg);
+          const Tile tile = igemm_tile(Opg, L.traits().vector_registers());
           Opg_pad = ceil_div(Opg, S * tile.Q) * S * tile.Q;
           const int64_t tiles = G * p.KH * p.KW * ceil_div(Cpg, tile.R) * (Opg_pad / (S * tile.Q));
           const int64_t packed = G * p.KH * p.KW * Cpg * Opg_pad;
           splits = pixel_splits(M, tiles, packed);
           part = empty({splits, packed}, acc_opts);
-          with_tile(tile, [&](auto R, auto Q) {
+          with_tile<SL>(tile, [&](auto R, auto Q) {
             L.launch<xk::conv2d_grad_weight<SL, decltype(R)::value, decltype(Q)::value>, T>(
                 sycl::nd_range<1>(sycl::range<1>(splits * tiles * S), sycl::range<1>(S)),
                 {.go = cptr<T>(go_cl),
@@ -394,11 +409,12 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> backward(Launcher L, const at::Te
   return {gi, gw, gb};
 }
 
-// The packed layout is that of the kernels this launcher runs (lanes_for == shapes.h's lane count).
+// The packed layout (padded for shapes.h's lane count) serves the kernels this launcher runs: their lane width
+// divides it (16 or 8 lanes on CPUs; not the 32 of GPU warps).
 void check_pack_lanes(const char* op, const Launcher& L, at::ScalarType dtype) {
   int64_t S = 0;
   XK_DISPATCH_DEVICE_TYPES(dtype, "conv2d", [&] { S = lanes_for<T>(L); });
-  XK_CHECK(S == conv2d_pack_lanes(dtype), op, "packed conv2d weights are laid out for ", conv2d_pack_lanes(dtype),
+  XK_CHECK(conv2d_pack_lanes(dtype) % S == 0, op, "packed conv2d weights are laid out for ", conv2d_pack_lanes(dtype),
            " lanes, but this device's conv2d kernels run ", S, " (use conv2d / conv2d_relu on this device)");
 }
 

@@ -61,6 +61,7 @@ DeviceTraits make_traits(const sycl::device& d) {
   t.local_mem_bytes = d.get_info<sycl::info::device::local_mem_size>();
   t.sub_group_sizes = d.get_info<sycl::info::device::sub_group_sizes>();
   t.name = d.get_info<sycl::info::device::name>();
+  t.native_vector_width_float = d.get_info<sycl::info::device::native_vector_width_float>();
   return t;
 }
 

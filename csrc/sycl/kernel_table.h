@@ -63,7 +63,9 @@ std::string kernel_label() {
 // where the device has that sub-group size, else 32 (the widths kernels/conv2d.hpp instantiates).
 template <typename T>
 int lane_width(const DeviceTraits& t) {
-  const size_t want = xk::preferred_lanes<T>();
+  // One native vector of the accumulation type: 16 floats / 8 doubles (AVX-512), 8 floats on AVX2 CPUs (whose
+  // doubles keep 8 lanes: two ymm per vector).
+  const size_t want = !std::is_same_v<T, double> && t.vector_registers() == 16 ? 8 : xk::preferred_lanes<T>();
   for (size_t s : t.sub_group_sizes)
     if (s == want) return static_cast<int>(want);
   return 32;
@@ -83,6 +85,8 @@ bool supported_on(const DeviceTraits& t) {
     if constexpr (xk::is_lane_variant<K>::value)
       if (S != lane_width<T>(t)) return false;
   }
+  if constexpr (xk::vector_registers_of<K>::value > 0)
+    if (xk::vector_registers_of<K>::value != t.vector_registers()) return false;
   return true;
 }
 

@@ -27,6 +27,12 @@ struct DeviceTraits {
   size_t local_mem_bytes = 0;
   std::vector<size_t> sub_group_sizes;
   std::string name;
+  // info::device::native_vector_width_float: 16 on AVX-512 CPUs, 8 on AVX2 CPUs (0: not queried, e.g. acpp).
+  size_t native_vector_width_float = 0;
+  // Vector registers the CPU's tiles are sized for: 16 (AVX2: 16 ymm) where the native float vector is 8 wide,
+  // else 32 (AVX-512's 32 zmm; GPUs and unknown devices take the same tiles). kernels/conv2d.hpp's
+  // register-sized tiles declare the budget they fit (vector_registers) and are built only for it.
+  int vector_registers() const { return is_cpu && native_vector_width_float == 8 ? 16 : 32; }
 };
 
 // One kernel file (csrc/sycl/kernels/<file>) = one kernel table = one kernel group, built per device

@@ -196,8 +196,8 @@ struct lane_types_of {
   using type = type_list<>;
 };
 template <>
-struct lane_types_of<8> {
-  using type = type_list<double>;
+struct lane_types_of<8> {  // double on AVX-512; every type on AVX2 CPUs (8 floats per ymm)
+  using type = float_types;
 };
 template <>
 struct lane_types_of<16> {
@@ -218,6 +218,14 @@ constexpr int preferred_lanes() {
 
 // Descriptors of lane-variant kernels say `static constexpr bool lane_variant = true`: a device builds only the
 // width the host launches for each type (lane_width in kernel_table.h), not every width it supports.
+// Register-tiled kernels say `static constexpr int vector_registers = 16 | 32`: the register file their tile
+// fits (DeviceTraits::vector_registers); they are built only for devices with that budget.
+template <typename K, typename = void>
+struct vector_registers_of : std::integral_constant<int, 0> {};
+template <typename K>
+struct vector_registers_of<K, std::void_t<decltype(K::vector_registers)>>
+    : std::integral_constant<int, K::vector_registers> {};
+
 template <typename K, typename = void>
 struct is_lane_variant : std::false_type {};
 template <typename K>

@@ -51,10 +51,18 @@ struct conv2d_igemm_params {
   int32_t pixel_major;
   int32_t relu;  // forward epilogue: 1 = ReLU after bias and residual
 };
+// The register file a wide tile is sized for: R*Q accumulators + Q weight vectors + 1 broadcast per lane
+// vector (6x4: 29 of AVX-512's 32 zmm; 6x2: 15 of AVX2's 16 ymm). The narrow 8x1 tile fits either.
+template <int Q>
+inline constexpr int tile_vector_registers = Q == 4   ? 32
+                                             : Q == 2 ? 16
+                                                      : 0;
+
 template <bool DST_CL, int S, int R, int Q>
 struct conv2d_igemm {
   static constexpr int dims = 1;
   static constexpr int sub_group = S;
+  static constexpr int vector_registers = tile_vector_registers<Q>;
   static constexpr bool lane_variant = true;  // built for the one width the host launches
   using types = lane_types<S>;
   template <typename T>
@@ -99,6 +107,7 @@ template <int S, int R, int Q>
 struct conv2d_grad_weight {
   static constexpr int dims = 1;
   static constexpr int sub_group = S;
+  static constexpr int vector_registers = tile_vector_registers<Q>;
   static constexpr bool lane_variant = true;  // built for the one width the host launches
   using types = lane_types<S>;
   template <typename T>
@@ -789,15 +798,21 @@ void conv2d_reduce_splits::run(item_arg<1> ia, const params<T>& p) {
 }
 
 // ------------------------------------------------------------------ the op's kernels (variants the host launches)
-// Lane widths S: 16 (float, half, bfloat16) and 8 (double) fill one 512-bit vector on the CPU device;
-// 32 is the width of devices without those sub-group sizes (NVIDIA warps). Tiles (R, Q): wide 6x4 and
-// narrow 8x1 (Conv2dConfig in conv2d.cpp); lanes over groups: 8 pixels, grad_weight over groups: 9 taps.
+// Lane widths S: 16 (float, half, bfloat16) and 8 (double) fill one 512-bit vector on the CPU device, 8 floats
+// one 256-bit vector on AVX2 CPUs; 32 is the width of devices without those sub-group sizes (NVIDIA warps).
+// Tiles (R, Q): wide 6x4 (32 vector registers) or, at width 8, 6x2 (16: AVX2), and narrow 8x1 (Conv2dConfig in
+// conv2d.cpp); lanes over groups: 8 pixels, grad_weight over groups: 9 taps.
 template <int S>
-using conv2d_lane_kernels =
+using conv2d_lane_base =
     kernel_list<conv2d_igemm<true, S, 6, 4>, conv2d_igemm<false, S, 6, 4>, conv2d_igemm<true, S, 8, 1>,
                 conv2d_igemm<false, S, 8, 1>, conv2d_igemm_groups<true, S, 8>, conv2d_igemm_groups<false, S, 8>,
                 conv2d_grad_weight<S, 6, 4>, conv2d_grad_weight<S, 8, 1>, conv2d_grad_weight_groups<S, 9>,
                 conv2d_grad_bias<S>>;
+using conv2d_avx2_tiles =
+    kernel_list<conv2d_igemm<true, 8, 6, 2>, conv2d_igemm<false, 8, 6, 2>, conv2d_grad_weight<8, 6, 2>>;
+template <int S>
+using conv2d_lane_kernels =
+    std::conditional_t<S == 8, concat_t<conv2d_lane_base<S>, conv2d_avx2_tiles>, conv2d_lane_base<S>>;
 using conv2d_kernels = concat_t<conv2d_lane_kernels<16>, conv2d_lane_kernels<8>, conv2d_lane_kernels<32>,
                                 kernel_list<conv2d_reduce_splits>>;
 
