@@ -33,6 +33,8 @@ TORCH_OPS = {
     "layer_norm.out": lambda x, ns, w, b, out: F.layer_norm(x, ns, w, b),
     # Module-level inference (linear_module_cases): torch.nn.Linear + ReLU's computation.
     "FusedLinearReLU": no_grad(lambda m, x: torch.relu(F.linear(x, m.weight, m.bias))),
+    # conv_module_cases: torch.nn.Conv2d's computation.
+    "Conv2d": no_grad(lambda m, x: F.conv2d(x, m.weight, m.bias, m.stride, m.padding, m.dilation, m.groups)),
 }
 
 
@@ -238,4 +240,43 @@ def linear_module_cases(dtype, ms=(64, 512), nk=1024):
                 "cpu",
             )
         )
+    return out
+
+
+def conv_module_cases(dtype, batches=(1, 8), layers=None):
+    """xkernels.nn.Conv2d inference (no_grad) with its cached packed weight, on ResNet-50's layers (NCHW), vs the
+    plain op re-packing per call (xkernels[sycl-unpacked]), torch's F.conv2d and torch.compile with freezing."""
+    import xkernels
+
+    layers = layers or [(c, o, hw, 3) for c, o, hw in RESNET50_3X3] + [(c, o, hw, 1) for c, o, hw in RESNET50_1X1]
+    out = []
+    for c, o, hw, k in layers:
+        for n in batches:
+
+            def make(c=c, o=o, hw=hw, k=k, n=n):
+                g = _g(c + o + hw + n)
+                mod = xkernels.nn.Conv2d(c, o, k, padding=k // 2, dtype=dtype)
+                with torch.no_grad():
+                    mod.weight.copy_(torch.randn(o, c, k, k, generator=g) / (c * k * k) ** 0.5)
+                    mod.bias.copy_(torch.randn(o, generator=g))
+                mod.pack_weight = True  # inference: opted in
+                return (mod, torch.randn(n, c, hw, hw, generator=g).to(dtype)), {}
+
+            flops = 2.0 * n * o * hw * hw * c * k * k
+            out.append(
+                _case(
+                    "Conv2d",
+                    "fwd",
+                    dtype,
+                    f"{k}x{k} C={c} O={o} HW={hw} N={n}",
+                    make,
+                    lambda a, kw: F.conv2d(
+                        a[1].double(), a[0].weight.detach().double(), a[0].bias.detach().double(), padding=a[0].padding
+                    ),
+                    flops,
+                    "GFLOP/s",
+                    flops > 2e9,
+                    "cpu",
+                )
+            )
     return out

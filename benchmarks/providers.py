@@ -20,6 +20,7 @@ XK_OPS = {
     # The module as a user calls it: on the SYCL backend it uses its cached pre-packed weight
     # (packed during the untimed warm-up call).
     "FusedLinearReLU": no_grad(lambda m, x: m(x)),
+    "Conv2d": no_grad(lambda m, x: m(x)),  # likewise (pack_weight=True)
 }
 
 
@@ -50,11 +51,15 @@ def _sycl_unpacked_provider() -> Provider:
         _C.set_thread_backend("sycl")
         try:
             with torch.no_grad():
+                if op == "Conv2d":
+                    return xkernels.conv2d(x, m.weight, m.bias, m.stride, m.padding, m.dilation, m.groups)
                 return xkernels.fused_linear_relu(x, m.weight, m.bias)
         finally:
             _C.set_thread_backend(prev)
 
-    return Provider("xkernels[sycl-unpacked]", fn, st.available, st.reason, ops=frozenset({"FusedLinearReLU"}))
+    return Provider(
+        "xkernels[sycl-unpacked]", fn, st.available, st.reason, ops=frozenset({"FusedLinearReLU", "Conv2d"})
+    )
 
 
 def _copy_provider() -> Provider:
@@ -91,6 +96,11 @@ class _FrozenOp(torch.nn.Module):
         if op == "FusedLinearReLU":
             w, b = args[0].weight, args[0].bias
             self.fn, self.extra = TORCH_OPS["fused_linear_relu"], ()
+        elif op == "Conv2d":
+            m = args[0]
+            w, b = m.weight, m.bias
+            self.fn, self.extra = F.conv2d, ()
+            self.kwargs = {"stride": m.stride, "padding": m.padding, "dilation": m.dilation, "groups": m.groups}
         elif op in ("fused_linear_relu", "conv2d"):
             w, b = args[1], args[2] if len(args) > 2 else None
             self.fn, self.extra = TORCH_OPS[op], ()
@@ -119,7 +129,7 @@ def _freezing_provider() -> Provider:
     compiled: dict = {}
 
     def fn(op, args, kwargs):
-        x = args[0] if op != "FusedLinearReLU" else args[1]
+        x = args[1] if op in ("FusedLinearReLU", "Conv2d") else args[0]
         key = (op, tuple(id(a) for a in args))
         with torch.no_grad():
             if key not in compiled:
@@ -145,7 +155,7 @@ def _freezing_provider() -> Provider:
     return Provider(
         "torch.compile+freezing",
         fn,
-        ops=frozenset({"fused_linear_relu", "conv2d", "layer_norm", "FusedLinearReLU"}),
+        ops=frozenset({"fused_linear_relu", "conv2d", "layer_norm", "FusedLinearReLU", "Conv2d"}),
         modes=frozenset({"fwd"}),
     )
 

@@ -45,6 +45,12 @@ def build_cases(args):
             out += C.layer_norm_out_cases(dt)
         if "FusedLinearReLU" in args.ops and "fwd" in modes:
             out += C.linear_module_cases(dt)
+        if "Conv2d" in args.ops and "fwd" in modes:
+            out += (
+                C.conv_module_cases(dt, batches=(1,), layers=[(256, 256, 14, 3), (2048, 512, 7, 1)])
+                if args.quick
+                else C.conv_module_cases(dt)
+            )
     return out
 
 
@@ -70,7 +76,9 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="a small subset (< 2 minutes)")
     ap.add_argument(
-        "--ops", nargs="+", default=["fused_linear_relu", "conv2d", "layer_norm", "layer_norm.out", "FusedLinearReLU"]
+        "--ops",
+        nargs="+",
+        default=["fused_linear_relu", "conv2d", "layer_norm", "layer_norm.out", "FusedLinearReLU", "Conv2d"],
     )
     ap.add_argument(
         "--providers",
