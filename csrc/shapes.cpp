@@ -174,6 +174,18 @@ static void check_conv2d_bias(const char* op, const at::Tensor& input, const std
   }
 }
 
+// conv2d_relu's residual: the output's shape, the input's dtype and device.
+static void check_conv2d_residual(const char* op, const at::Tensor& input, const std::optional<at::Tensor>& residual,
+                                  const Conv2dProblem& p) {
+  check_optional_same(op, "residual", residual, "input", input);
+  if (present(residual)) {
+    const auto expect = p.out_sizes();
+    XK_CHECK_VALUE(residual->sizes() == at::IntArrayRef(expect), op,
+                   "argument 'residual' must have the output's shape ", at::IntArrayRef(expect), ", got ",
+                   residual->sizes());
+  }
+}
+
 Conv2dProblem check_conv2d(const at::Tensor& input, const at::Tensor& weight, const std::optional<at::Tensor>& bias,
                            at::IntArrayRef stride, at::IntArrayRef padding, at::IntArrayRef dilation, int64_t groups) {
   const char* op = "conv2d";
@@ -188,13 +200,7 @@ Conv2dProblem check_conv2d_relu(const at::Tensor& input, const at::Tensor& weigh
   const char* op = "conv2d_relu";
   Conv2dProblem p = conv2d_problem(op, input, weight, stride, padding, dilation, groups);
   check_conv2d_bias(op, input, bias, p);
-  check_optional_same(op, "residual", residual, "input", input);
-  if (present(residual)) {
-    const auto expect = p.out_sizes();
-    XK_CHECK_VALUE(residual->sizes() == at::IntArrayRef(expect), op,
-                   "argument 'residual' must have the output's shape ", at::IntArrayRef(expect), ", got ",
-                   residual->sizes());
-  }
+  check_conv2d_residual(op, input, residual, p);
   return p;
 }
 
@@ -298,13 +304,7 @@ Conv2dProblem check_conv2d_packed(const at::Tensor& input, const at::Tensor& pac
                  weight_shape, " and groups=", groups, ": a contiguous 1-D tensor of ", numel, " elements, got ",
                  describe(packed_weight));
   check_conv2d_bias(op, input, bias, p);
-  check_optional_same(op, "residual", residual, "input", input);
-  if (present(residual)) {
-    const auto expect = p.out_sizes();
-    XK_CHECK_VALUE(residual->sizes() == at::IntArrayRef(expect), op,
-                   "argument 'residual' must have the output's shape ", at::IntArrayRef(expect), ", got ",
-                   residual->sizes());
-  }
+  check_conv2d_residual(op, input, residual, p);
   return p;
 }
 

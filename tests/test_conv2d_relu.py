@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from typing import NamedTuple
-
 import pytest
 import torch
 import torch.nn.functional as F
@@ -12,22 +10,13 @@ import xkernels
 from xkernels.tolerances import DTYPES, assert_close
 
 from compare import check_forward_backward, randn, small_ints
+from test_conv2d import Case as ConvCase
 
 CL = torch.channels_last
 
 
-class Case(NamedTuple):
-    N: int
-    C: int
-    H: int
-    W: int
-    O: int
-    KH: int
-    KW: int
-    stride: int | tuple = 1
-    padding: int | tuple | str = 0
-    dilation: int | tuple = 1
-    groups: int = 1
+class Case(ConvCase):
+    """test_conv2d's cases, with a residual and the ReLU."""
 
     def conv_args(self):
         return self.stride, self.padding, self.dilation, self.groups

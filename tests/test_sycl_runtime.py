@@ -149,6 +149,19 @@ def test_group_kernel_names_follow_the_device_traits(sycl_cpu):
     lin32 = sycl_cpu.group_kernel_names("fused_linear_relu.hpp", True, True, [32])
     assert "xk_linear_gemm_panel_true_true__float" in lin16 and set(lin32) < set(lin16)
     assert not any("panel" in n for n in lin32)  # needs sub-groups of 16
+    # CPUs build the register tiles of their register file: 8 lanes on AVX2 (native float width 8), 16 on AVX-512.
+    widths = [4, 8, 16, 32, 64]
+    avx2 = sycl_cpu.group_kernel_names("fused_linear_relu.hpp", True, True, widths, 8)
+    avx512 = sycl_cpu.group_kernel_names("fused_linear_relu.hpp", True, True, widths, 16)
+    assert "xk_linear_gemm_panel_true_true_8__float" in avx2 and "xk_linear_gemm_dot_true_true_8__float" in avx2
+    # (16 lanes is the descriptors' default template argument, so its names carry no width)
+    assert not any(n.startswith(("xk_linear_gemm_panel_true_true__", "xk_linear_gemm_dot_true_true__")) for n in avx2)
+    assert "xk_linear_gemm_panel_true_true__float" in avx512 and not any("_true_8__" in n for n in avx512)
+    conv_avx2 = sycl_cpu.group_kernel_names("conv2d.hpp", True, True, widths, 8)
+    assert "xk_conv2d_igemm_false_8_6_2__float" in conv_avx2 and "xk_conv2d_igemm_false_8_6_2__double" in conv_avx2
+    assert not any("_6_4__" in n or "_16_" in n for n in conv_avx2), "AVX2: no 16-lane or 6x4 (AVX-512) tiles"
+    conv_avx512 = sycl_cpu.group_kernel_names("conv2d.hpp", True, True, widths, 16)
+    assert "xk_conv2d_igemm_false_16_6_4__float" in conv_avx512 and not any("_6_2__" in n for n in conv_avx512)
     conv = sycl_cpu.group_kernel_names("conv2d.hpp", False, True, [32])
     assert "xk_conv2d_grad_bias_32__float" in conv and "xk_conv2d_grad_bias_32__double" in conv
     cpu = sycl_cpu.group_kernel_names("conv2d.hpp", True, True, [4, 8, 16, 32, 64])

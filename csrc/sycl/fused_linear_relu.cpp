@@ -56,12 +56,23 @@ struct LinearConfig {
 
 enum class GemmVariant { Cpu, Gpu };
 
-// The CPU kernels run 16-lane work-groups. Under DPC++ the lanes are one sub-group of 16 (SIMD lanes),
-// which the device must support; ahead-of-time builds (acpp) run them as 16 work-items (their lane
+// Lane width of the CPU kernels: 16 (one AVX-512 vector of fp32), or 8 on devices with 16 vector registers
+// (AVX2; DeviceTraits::vector_registers), whose tiles (PanelTile / DotTile<T, 8>) fit that register file.
+int cpu_lanes(const Launcher& L) { return !L.is_acpp() && L.traits().vector_registers() == 16 ? 8 : 16; }
+
+// The CPU kernels run work-groups of cpu_lanes lanes. Under DPC++ the lanes are one sub-group (SIMD lanes),
+// whose size the device must support; ahead-of-time builds (acpp) run them as 16 work-items (their lane
 // reduction is a work-group reduction), which every device can.
 bool cpu_kernels_run_on(const Launcher& L) {
   const auto& s = L.traits().sub_group_sizes;
-  return L.is_acpp() || std::find(s.begin(), s.end(), size_t{16}) != s.end();
+  return L.is_acpp() || std::find(s.begin(), s.end(), size_t(cpu_lanes(L))) != s.end();
+}
+
+// Calls f(std::integral_constant<int, S>) with the CPU kernels' lane width.
+template <typename F>
+void with_cpu_lanes(const Launcher& L, F&& f) {
+  if (cpu_lanes(L) == 8) return f(std::integral_constant<int, 8>{});
+  f(std::integral_constant<int, 16>{});
 }
 
 GemmVariant choose_variant(const Launcher& L) {
@@ -73,8 +84,8 @@ GemmVariant choose_variant(const Launcher& L) {
   if (v == "gpu") return GemmVariant::Gpu;
   XK_CHECK_VALUE(v == "cpu", kOp, "environment variable ", kVariantEnv, " must be 'auto', 'cpu' or 'gpu', got '", env,
                  "'");
-  XK_CHECK(cpu_kernels_run_on(L), kOp, "GEMM variant 'cpu' (", kVariantEnv, ") needs sub-groups of 16 but device '",
-           t.name, "' does not support them");
+  XK_CHECK(cpu_kernels_run_on(L), kOp, "GEMM variant 'cpu' (", kVariantEnv, ") needs sub-groups of ", cpu_lanes(L),
+           " but device '", t.name, "' does not support them");
   return GemmVariant::Cpu;
 }
 
@@ -114,14 +125,12 @@ at::Tensor pack_panels(Launcher& L, const at::Tensor& B) {
   return packed;
 }
 
-// The panel GEMM (linear_gemm_panel) on a B operand already in place or packed: C [M, N] =
-// epilogue(A @ B [+ bias]), B read at b_ptr + panel * panel_stride + k * ldb + c. `partial` receives
-// the acc-type K-block scratch when T is not the accumulation type (the caller keeps it alive until
-// the returned event is done).
-template <typename T>
-void panel_gemm(Launcher& L, const at::Tensor& A, const T* b_ptr, int64_t ldb, int64_t panel_stride, int64_t N,
-                const at::Tensor& bias, bool relu, at::Tensor& C, at::Tensor& partial) {
-  using G = xk::PanelTile<T>;
+// panel_gemm at lane width S.
+template <typename T, int S>
+void panel_gemm_lanes(Launcher& L, const at::Tensor& A, const T* b_ptr, int64_t ldb, int64_t panel_stride,
+                      int64_t panel_cols, int64_t N, const at::Tensor& bias, bool relu, at::Tensor& C,
+                      at::Tensor& partial) {
+  using G = xk::PanelTile<T, S>;
   using acc = xk::acc_t<T>;
   const int64_t M = A.size(0), K = A.size(1);
   T* c_ptr = mptr<T>(C);
@@ -140,21 +149,34 @@ void panel_gemm(Launcher& L, const at::Tensor& A, const T* b_ptr, int64_t ldb, i
   const int64_t groups = row_groups * ceil_div(N, int64_t{G::kCols});
   const sycl::nd_range<1> range(sycl::range<1>(groups * G::kSubGroup), sycl::range<1>(G::kSubGroup));
   with_epilogue(bias.defined(), relu, [&](auto BIAS, auto RELU) {
-    L.launch<xk::linear_gemm_panel<BIAS, RELU>, T>(range, {.A = cptr<T>(A),
-                                                           .a_rs = A.stride(0),
-                                                           .a_ks = A.stride(1),
-                                                           .B = b_ptr,
-                                                           .ldb = ldb,
-                                                           .b_panel_stride = panel_stride,
-                                                           .bias = cptr_or_null<T>(bias),
-                                                           .C = c_ptr,
-                                                           .ldc = N,
-                                                           .partial = partial_ptr,
-                                                           .M = M,
-                                                           .N = N,
-                                                           .K = K,
-                                                           .k_block = k_block,
-                                                           .row_groups = row_groups});
+    L.launch<xk::linear_gemm_panel<BIAS, RELU, S>, T>(range, {.A = cptr<T>(A),
+                                                              .a_rs = A.stride(0),
+                                                              .a_ks = A.stride(1),
+                                                              .B = b_ptr,
+                                                              .ldb = ldb,
+                                                              .b_panel_stride = panel_stride,
+                                                              .bias = cptr_or_null<T>(bias),
+                                                              .C = c_ptr,
+                                                              .ldc = N,
+                                                              .partial = partial_ptr,
+                                                              .M = M,
+                                                              .N = N,
+                                                              .K = K,
+                                                              .k_block = k_block,
+                                                              .row_groups = row_groups,
+                                                              .b_panel_cols = panel_cols});
+  });
+}
+
+// The panel GEMM (linear_gemm_panel) on a B operand already in place or packed: C [M, N] =
+// epilogue(A @ B [+ bias]), column n of B read at b_ptr + (n / panel_cols) * panel_stride + k * ldb +
+// n % panel_cols (B in place: panel_cols = panel_stride). `partial` receives the acc-type K-block scratch when
+// T is not the accumulation type (the caller keeps it alive until the kernel is done).
+template <typename T>
+void panel_gemm(Launcher& L, const at::Tensor& A, const T* b_ptr, int64_t ldb, int64_t panel_stride, int64_t panel_cols,
+                int64_t N, const at::Tensor& bias, bool relu, at::Tensor& C, at::Tensor& partial) {
+  with_cpu_lanes(L, [&](auto S_) {
+    panel_gemm_lanes<T, decltype(S_)::value>(L, A, b_ptr, ldb, panel_stride, panel_cols, N, bias, relu, C, partial);
   });
 }
 
@@ -187,34 +209,37 @@ void gemm(Launcher& L, GemmVariant variant, const at::Tensor& A, const at::Tenso
   } else if (relu && M <= LinearConfig::kDotMaxRows && A.stride(1) == 1 && B.stride(0) == 1) {
     // Both operands unit-stride along k (the forward pass as given): dot products, no packing.
     // (Instantiated for the forward epilogues only, hence `relu`.)
-    using G = xk::DotTile<T>;
-    const int64_t row_tiles = ceil_div(M, G::kRows);
-    const int64_t groups = row_tiles * ceil_div(N, G::kCols);
-    const sycl::nd_range<1> range(sycl::range<1>(groups * G::kSubGroup), sycl::range<1>(G::kSubGroup));
-    if (bias.defined())
-      L.launch<xk::linear_gemm_dot<true, true>, T>(range, {.A = cptr<T>(A),
-                                                           .lda = A.stride(0),
-                                                           .Bt = cptr<T>(B),
-                                                           .ldb = B.stride(1),
-                                                           .bias = cptr<T>(bias),
-                                                           .C = mptr<T>(C),
-                                                           .ldc = N,
-                                                           .M = M,
-                                                           .N = N,
-                                                           .K = K,
-                                                           .row_tiles = row_tiles});
-    else
-      L.launch<xk::linear_gemm_dot<false, true>, T>(range, {.A = cptr<T>(A),
-                                                            .lda = A.stride(0),
-                                                            .Bt = cptr<T>(B),
-                                                            .ldb = B.stride(1),
-                                                            .bias = nullptr,
-                                                            .C = mptr<T>(C),
-                                                            .ldc = N,
-                                                            .M = M,
-                                                            .N = N,
-                                                            .K = K,
-                                                            .row_tiles = row_tiles});
+    with_cpu_lanes(L, [&](auto S_) {
+      constexpr int S = decltype(S_)::value;
+      using G = xk::DotTile<T, S>;
+      const int64_t row_tiles = ceil_div(M, G::kRows);
+      const int64_t groups = row_tiles * ceil_div(N, G::kCols);
+      const sycl::nd_range<1> range(sycl::range<1>(groups * G::kSubGroup), sycl::range<1>(G::kSubGroup));
+      if (bias.defined())
+        L.launch<xk::linear_gemm_dot<true, true, S>, T>(range, {.A = cptr<T>(A),
+                                                                .lda = A.stride(0),
+                                                                .Bt = cptr<T>(B),
+                                                                .ldb = B.stride(1),
+                                                                .bias = cptr<T>(bias),
+                                                                .C = mptr<T>(C),
+                                                                .ldc = N,
+                                                                .M = M,
+                                                                .N = N,
+                                                                .K = K,
+                                                                .row_tiles = row_tiles});
+      else
+        L.launch<xk::linear_gemm_dot<false, true, S>, T>(range, {.A = cptr<T>(A),
+                                                                 .lda = A.stride(0),
+                                                                 .Bt = cptr<T>(B),
+                                                                 .ldb = B.stride(1),
+                                                                 .bias = nullptr,
+                                                                 .C = mptr<T>(C),
+                                                                 .ldc = N,
+                                                                 .M = M,
+                                                                 .N = N,
+                                                                 .K = K,
+                                                                 .row_tiles = row_tiles});
+    });
   } else {
     const int64_t cols = xk::PanelTile<T>::kCols;
     const T* b_ptr;
@@ -229,7 +254,8 @@ void gemm(Launcher& L, GemmVariant variant, const at::Tensor& A, const at::Tenso
       ldb = cols;
       panel_stride = K * cols;
     }
-    panel_gemm<T>(L, A, b_ptr, ldb, panel_stride, N, bias, relu, C, partial);
+    panel_gemm<T>(L, A, b_ptr, ldb, panel_stride, /*panel_cols=*/packed.defined() ? cols : panel_stride, N, bias, relu,
+                  C, partial);
   }
   L.finish(C);
 }
@@ -276,7 +302,7 @@ at::Tensor forward_packed(Launcher L, const at::Tensor& input, const at::Tensor&
   XK_DISPATCH_DEVICE_TYPES(x.scalar_type(), "fused_linear_relu_packed", [&] {
     const int64_t cols = xk::PanelTile<T>::kCols;
     at::Tensor partial;  // K-block scratch for half types; alive until the wait below
-    panel_gemm<T>(L, x, cptr<T>(packed_weight), cols, p.K * cols, p.N, b, /*relu=*/true, out, partial);
+    panel_gemm<T>(L, x, cptr<T>(packed_weight), cols, p.K * cols, cols, p.N, b, /*relu=*/true, out, partial);
     L.finish(x);
   });
   return out.view(p.out_sizes);

@@ -137,13 +137,16 @@ void bind_python(py::module_& m) {
       "Registered kernel names (instantiations) of every kernel group.");
   m.def(
       "group_kernel_names",
-      [](const std::string& file, bool fp16, bool fp64, const std::vector<size_t>& sub_group_sizes) {
+      [](const std::string& file, bool fp16, bool fp64, const std::vector<size_t>& sub_group_sizes,
+         size_t cpu_native_vector_width_float) {
         for (const KernelGroup* g : kernel_groups()) {
           if (g->file != file) continue;
           DeviceTraits t;
           t.fp16 = fp16;
           t.fp64 = fp64;
           t.sub_group_sizes = sub_group_sizes;
+          t.is_cpu = cpu_native_vector_width_float > 0;
+          t.native_vector_width_float = cpu_native_vector_width_float;
           std::vector<std::string> names;
           for (auto& e : g->entries(t)) names.push_back(std::move(e.name));
           return names;
@@ -158,8 +161,10 @@ void bind_python(py::module_& m) {
             "), got '", file, "'");
       },
       py::arg("file"), py::arg("fp16"), py::arg("fp64"), py::arg("sub_group_sizes"),
+      py::arg("cpu_native_vector_width_float") = 0,
       "Registered kernel names group `file` asks the provider for on a device with these traits (what its "
-      "'// xkernels-aot:' lines must cover).");
+      "'// xkernels-aot:' lines must cover); cpu_native_vector_width_float > 0: a CPU with that native float "
+      "vector width (8: AVX2, 16: AVX-512), else a device that is not a CPU.");
   m.def(
       "provider_devices",
       [] {

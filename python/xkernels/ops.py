@@ -89,6 +89,17 @@ def _string_padding(input: Tensor, weight: Tensor, padding: str, stride: list[in
     return input, sym
 
 
+def _conv_arguments(input: Tensor, weight: Tensor, stride, padding, dilation, op: str):
+    """(input, stride, padding, dilation) as the schema takes them: pairs, and string padding resolved."""
+    stride = _pair(stride, "stride", op)
+    dilation = _pair(dilation, "dilation", op)
+    if isinstance(padding, str):
+        input, padding = _string_padding(input, weight, padding, stride, dilation, op)
+    else:
+        padding = _pair(padding, "padding", op)
+    return input, stride, padding, dilation
+
+
 def conv2d_relu(
     input: Tensor,
     weight: Tensor,
@@ -106,12 +117,7 @@ def conv2d_relu(
     strides. The sum is formed in the accumulation type and rounded once (eager torch rounds after the
     conv and after the add); the ReLU keeps NaN, as torch.relu. Differentiable in input, weight, bias and
     residual (the gradient flows where the output is not <= 0, as torch.relu's)."""
-    stride = _pair(stride, "stride", "conv2d_relu")
-    dilation = _pair(dilation, "dilation", "conv2d_relu")
-    if isinstance(padding, str):
-        input, padding = _string_padding(input, weight, padding, stride, dilation, "conv2d_relu")
-    else:
-        padding = _pair(padding, "padding", "conv2d_relu")
+    input, stride, padding, dilation = _conv_arguments(input, weight, stride, padding, dilation, "conv2d_relu")
     return _ops.conv2d_relu(input, weight, bias, stride, padding, dilation, groups, residual)
 
 
@@ -141,13 +147,8 @@ def conv2d_packed(
     op = "conv2d_packed"
     if residual is not None and not relu:
         raise ValueError(f"xkernels.{op}: argument 'residual' needs relu=True (the conv2d_relu epilogue)")
-    stride = _pair(stride, "stride", op)
-    dilation = _pair(dilation, "dilation", op)
-    if isinstance(padding, str):
-        weight_meta = torch.empty(list(weight_shape), device="meta")
-        input, padding = _string_padding(input, weight_meta, padding, stride, dilation, op)
-    else:
-        padding = _pair(padding, "padding", op)
+    weight_meta = torch.empty(list(weight_shape), device="meta")
+    input, stride, padding, dilation = _conv_arguments(input, weight_meta, stride, padding, dilation, op)
     return _ops.conv2d_packed(
         input, packed_weight, list(weight_shape), bias, stride, padding, dilation, groups, residual, relu
     )

@@ -36,40 +36,33 @@
 namespace xk {
 
 // ------------------------------------------------------------------ geometry (shared with the host)
-// CPU register blocking. 16 lanes = one AVX-512 vector of fp32; 6x4 fp32 accumulator vectors +
-// 4 B vectors + 1 broadcast = 29 of 32 vector registers. fp64 needs two registers per 16 lanes,
-// so it keeps 6x2 accumulator vectors (24 registers).
-template <typename T>
+// CPU register blocking, per lane width S (the sub-group: one native vector of fp32).
+// S = 16 (AVX-512, 32 zmm): 6x4 fp32 accumulator vectors + 4 B vectors + 1 broadcast = 29 registers; fp64
+// needs two registers per 16 lanes, so it keeps 6x2 accumulator vectors (24 registers).
+// S = 8 (AVX2, 16 ymm): 6x2 fp32 accumulators + 2 B vectors + 1 broadcast = 15 registers; fp64 (two ymm per
+// 8 lanes) 6x1 + 1 + 1 = 15. (The S = 16 tile on AVX2 needed 58 ymm and spilled every accumulator.)
+// The packed B layout (pack_linear_weight, linear_pack_columns in shapes.h) is that of S = 16: 64 columns
+// per panel (32 for fp64); the S = 8 kernels read it as 4 sub-panels (b_panel_cols).
+template <typename T, int S = 16>
 struct PanelTile {
-  static constexpr int kSubGroup = 16;
+  static_assert(S == 16 || S == 8, "lane widths of the CPU panel kernel: 16 (AVX-512) or 8 (AVX2)");
+  static constexpr int kSubGroup = S;
   static constexpr int kRows = 6;
-  static constexpr int kColVecs = 4;
+  static constexpr int kColVecs = (std::is_same_v<T, double> ? 2 : 4) / (16 / S);
   static constexpr int kCols = kSubGroup * kColVecs;
   static constexpr int kRowTilesPerGroup = 8;  // rows per work-group = 48: B block reuse across rows
-};
-template <>
-struct PanelTile<double> {
-  static constexpr int kSubGroup = 16;
-  static constexpr int kRows = 6;
-  static constexpr int kColVecs = 2;
-  static constexpr int kCols = kSubGroup * kColVecs;
-  static constexpr int kRowTilesPerGroup = 8;
 };
 // K block of the panel kernel: 512 rows of a 64-column fp32 B panel = 128 KiB (fits L2 with room).
 inline constexpr int64_t kPanelKBlock = 512;
 
-// Dot kernel: 4x4 accumulators (16 vectors) + 4 + 4 loaded vectors; fp64 2x4 (two registers each).
-template <typename T>
+// Dot kernel, per lane width S: S = 16 (AVX-512): 4x4 accumulators (16 vectors) + 4 + 4 loaded vectors; fp64
+// 2x4 (two registers each). S = 8 (AVX2): 4x2 + 4 + 2 = 14 ymm; fp64 (two ymm each) 2x2: 8 + 4 + 4 = 16.
+template <typename T, int S = 16>
 struct DotTile {
-  static constexpr int kSubGroup = 16;
-  static constexpr int kRows = 4;
-  static constexpr int kCols = 4;
-};
-template <>
-struct DotTile<double> {
-  static constexpr int kSubGroup = 16;
-  static constexpr int kRows = 2;
-  static constexpr int kCols = 4;
+  static_assert(S == 16 || S == 8, "lane widths of the CPU dot kernel: 16 (AVX-512) or 8 (AVX2)");
+  static constexpr int kSubGroup = S;
+  static constexpr int kRows = std::is_same_v<T, double> ? 2 : 4;
+  static constexpr int kCols = S == 16 ? 4 : 2;
 };
 
 // GPU tiling: 16x16 = 256 work-items (within every GPU's work-group limit) share a 64x64 output
@@ -94,11 +87,14 @@ struct linear_gemm_panel_params {
   int64_t ldc;
   acc_t<T>* partial;
   int64_t M, N, K, k_block, row_groups;
+  int64_t b_panel_cols;  // columns per B panel in memory (b_panel_stride apart); a multiple of the tile's
 };
-template <bool BIAS, bool RELU>
+// S: lane width (PanelTile); the tile fits AVX-512's register file at 16 lanes, AVX2's at 8.
+template <bool BIAS, bool RELU, int S = 16>
 struct linear_gemm_panel {
   static constexpr int dims = 1;
-  static constexpr int sub_group = 16;
+  static constexpr int sub_group = S;
+  static constexpr int vector_registers = S == 8 ? 16 : 32;
   using types = float_types;
   template <typename T>
   using params = linear_gemm_panel_params<T>;
@@ -133,10 +129,11 @@ struct linear_gemm_dot_params {
   T* C;
   int64_t ldc, M, N, K, row_tiles;
 };
-template <bool BIAS, bool RELU>
+template <bool BIAS, bool RELU, int S = 16>
 struct linear_gemm_dot {
   static constexpr int dims = 1;
-  static constexpr int sub_group = 16;
+  static constexpr int sub_group = S;
+  static constexpr int vector_registers = S == 8 ? 16 : 32;
   using types = float_types;
   template <typename T>
   using params = linear_gemm_dot_params<T>;
@@ -212,12 +209,12 @@ inline acc_t<T> ld(const T* p) {
 }
 
 // One kRows x kCols tile at rows m0.., columns n0.., K range [k0, k1). MASK_N: the tile overhangs N.
-template <typename T, bool BIAS, bool RELU, bool MASK_N>
+template <typename T, int S_, bool BIAS, bool RELU, bool MASK_N>
 inline void panel_tile(const T* A, int64_t a_rs, int64_t a_ks, const T* Bp, int64_t ldb, const T* bias, T* C,
                        int64_t ldc, acc_t<T>* partial, int64_t M, int64_t N, int64_t m0, int64_t n0, int64_t k0,
                        int64_t k1, bool first, bool last, int lane) {
   using acc = acc_t<T>;
-  using G = PanelTile<T>;
+  using G = PanelTile<T, S_>;
   constexpr int R = G::kRows, V = G::kColVecs, S = G::kSubGroup;
   bool col_ok[V];
   XK_UNROLL
@@ -271,9 +268,9 @@ inline void panel_tile(const T* A, int64_t a_rs, int64_t a_ks, const T* Bp, int6
 // Launch: 1-D, local size 16, one work-group per (row group, column panel); row groups vary
 // fastest so consecutive work-groups share a B panel. `partial` may alias C when T is the
 // accumulation type; it is only touched when K > k_block.
-template <bool BIAS, bool RELU>
+template <bool BIAS, bool RELU, int S>
 template <typename T>
-void linear_gemm_panel<BIAS, RELU>::run(item_arg<1> ia, const params<T>& p) {
+void linear_gemm_panel<BIAS, RELU, S>::run(item_arg<1> ia, const params<T>& p) {
   const auto A = p.A;
   const auto a_rs = p.a_rs;
   const auto a_ks = p.a_ks;
@@ -289,13 +286,14 @@ void linear_gemm_panel<BIAS, RELU>::run(item_arg<1> ia, const params<T>& p) {
   const auto K = p.K;
   const auto k_block = p.k_block;
   const auto row_groups = p.row_groups;
-  using G = PanelTile<T>;
+  const auto b_panel_cols = p.b_panel_cols;
+  using G = PanelTile<T, S>;
   const auto it = item(ia);
   const int lane = static_cast<int>(it.get_local_id(0));
   const int64_t g = static_cast<int64_t>(it.get_group(0));
   const int64_t rg = g % row_groups, panel = g / row_groups;
   const int64_t n0 = panel * G::kCols;
-  const T* Bp = B + panel * b_panel_stride;
+  const T* Bp = B + (n0 / b_panel_cols) * b_panel_stride + n0 % b_panel_cols;
   const int64_t row_begin = rg * (G::kRows * G::kRowTilesPerGroup);
   const int64_t row_span = G::kRows * G::kRowTilesPerGroup;
   const int64_t row_end = M - row_begin < row_span ? M : row_begin + row_span;
@@ -305,11 +303,11 @@ void linear_gemm_panel<BIAS, RELU>::run(item_arg<1> ia, const params<T>& p) {
     const bool first = k0 == 0, last = k1 == K;
     for (int64_t m0 = row_begin; m0 < row_end; m0 += G::kRows) {
       if (full_n)
-        linear_detail::panel_tile<T, BIAS, RELU, false>(A, a_rs, a_ks, Bp, ldb, bias, C, ldc, partial, M, N, m0, n0, k0,
-                                                        k1, first, last, lane);
+        linear_detail::panel_tile<T, S, BIAS, RELU, false>(A, a_rs, a_ks, Bp, ldb, bias, C, ldc, partial, M, N, m0, n0,
+                                                           k0, k1, first, last, lane);
       else
-        linear_detail::panel_tile<T, BIAS, RELU, true>(A, a_rs, a_ks, Bp, ldb, bias, C, ldc, partial, M, N, m0, n0, k0,
-                                                       k1, first, last, lane);
+        linear_detail::panel_tile<T, S, BIAS, RELU, true>(A, a_rs, a_ks, Bp, ldb, bias, C, ldc, partial, M, N, m0, n0,
+                                                          k0, k1, first, last, lane);
     }
   }
 }
@@ -357,9 +355,9 @@ void linear_pack_panels::run(item_arg<1> ia, const params<T>& p) {
 // ------------------------------------------------------------------ CPU: dot products along k
 // C[m, n] = epilogue( sum_k A[m * lda + k] * Bt[n * ldb + k] ).
 // Launch: 1-D, local size 16, one work-group per (row tile, column tile); row tiles fastest.
-template <bool BIAS, bool RELU>
+template <bool BIAS, bool RELU, int S_>
 template <typename T>
-void linear_gemm_dot<BIAS, RELU>::run(item_arg<1> ia, const params<T>& p) {
+void linear_gemm_dot<BIAS, RELU, S_>::run(item_arg<1> ia, const params<T>& p) {
   const auto A = p.A;
   const auto lda = p.lda;
   const auto Bt = p.Bt;
@@ -372,7 +370,7 @@ void linear_gemm_dot<BIAS, RELU>::run(item_arg<1> ia, const params<T>& p) {
   const auto K = p.K;
   const auto row_tiles = p.row_tiles;
   using acc = acc_t<T>;
-  using G = DotTile<T>;
+  using G = DotTile<T, S_>;
   constexpr int R = G::kRows, Q = G::kCols, S = G::kSubGroup;
   const auto it = item(ia);
   const auto sg = it.get_sub_group();
@@ -416,7 +414,7 @@ void linear_gemm_dot<BIAS, RELU>::run(item_arg<1> ia, const params<T>& p) {
   XK_UNROLL
   for (int i = 0; i < R; ++i) XK_UNROLL
   for (int j = 0; j < Q; ++j) {
-    acc v = lanes_sum(it, c[i][j]);  // the work-group's 16 lanes (one sub-group under DPC++)
+    acc v = lanes_sum(it, c[i][j]);  // the work-group's S lanes (one sub-group under DPC++)
     if constexpr (BIAS) v = v + linear_detail::ld(bias + col[j]);
     if constexpr (RELU) v = v < acc(0) ? acc(0) : v;
     if (lane == 0 && m0 + i < M && n0 + j < N) C[row[i] * ldc + col[j]] = from_acc<T>(v);
@@ -550,10 +548,13 @@ void linear_column_sum::run(item_arg<1> ia, const params<T>& p) {
 }
 
 // ------------------------------------------------------------------ the op's kernels (variants the host launches)
+// The CPU GEMMs at lane widths 16 (AVX-512) and 8 (AVX2): a device builds the width its register file takes.
 using fused_linear_relu_kernels =
     kernel_list<linear_gemm_panel<true, true>, linear_gemm_panel<false, true>, linear_gemm_panel<false, false>,
-                linear_gemm_dot<true, true>, linear_gemm_dot<false, true>, linear_gemm_tiled<true, true>,
-                linear_gemm_tiled<false, true>, linear_gemm_tiled<false, false>, linear_relu_grad<true>,
-                linear_relu_grad<false>, linear_column_sum, linear_pack_panels>;
+                linear_gemm_panel<true, true, 8>, linear_gemm_panel<false, true, 8>, linear_gemm_panel<false, false, 8>,
+                linear_gemm_dot<true, true>, linear_gemm_dot<false, true>, linear_gemm_dot<true, true, 8>,
+                linear_gemm_dot<false, true, 8>, linear_gemm_tiled<true, true>, linear_gemm_tiled<false, true>,
+                linear_gemm_tiled<false, false>, linear_relu_grad<true>, linear_relu_grad<false>, linear_column_sum,
+                linear_pack_panels>;
 
 }  // namespace xk
