@@ -147,7 +147,10 @@ def _freezing_provider() -> Provider:
                     None,
                     run.__closure__,
                 )
-                compiled[key] = (mod, torch.compile(run, dynamic=False))
+                # `args` kept alive with the entry: the key holds their ids, which Python reuses once an object
+                # is freed (a later case's module at a freed id got the old frozen weights: caught by the
+                # correctness gate on the Conv2d cases).
+                compiled[key] = (mod, torch.compile(run, dynamic=False), args)
                 with inductor_config.patch(freezing=True):
                     return compiled[key][1](x)
             return compiled[key][1](x)

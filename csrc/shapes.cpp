@@ -216,7 +216,7 @@ Conv2dPackLayout conv2d_pack_layout(at::IntArrayRef weight_shape, int64_t groups
     l.numel = KH * KW * Cpg * Opg * l.pad;
   } else {
     const int64_t vec = l.lanes * conv2d_channel_vectors(Opg);
-    l.pad = ceil_div(Opg, vec) * vec;
+    l.pad = conv2d_row_stride(ceil_div(Opg, vec) * vec, at::elementSize(dtype));
     l.numel = groups * KH * KW * Cpg * l.pad + 1;
   }
   return l;

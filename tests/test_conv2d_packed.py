@@ -23,6 +23,7 @@ CASES = {
     "groups": (2, 6, 9, 8, 9, 3, 2, (1, 2), (2, 0), (1, 2), 3),
     "depthwise": (2, 32, 7, 7, 32, 3, 3, 1, 1, 1, 32),  # lanes over groups
     "pointwise": (2, 16, 5, 6, 24, 1, 1, 1, 0, 1, 1),
+    "skewed_rows": (1, 8, 5, 4, 512, 3, 3, 1, 1, 1, 1),  # 512 channels: 2 KiB rows get a cache line more
 }
 
 
@@ -200,3 +201,20 @@ def test_optimize_pack_weights_reaches_convolutions(sycl_backend):
         assert all(_cache(m) is not None for m in convs)
         assert torch.equal(out, plain(x))
         assert_close(out, model.double()(x.double()), torch.float32, "packed optimized block")
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=str)
+def test_skewed_weight_rows_grad_input(backend, dtype):
+    """conv2d_row_stride: 512 source channels make the grad_input GEMM's weight rows 2 KiB (4 KiB) long, which
+    the packing skews by a cache line; output and gradients still match float64 torch (budgets scaled to the
+    reductions: 512 x 9 terms per output and grad_input element, 20 pixels per grad_weight element)."""
+    x, w, b = randn(1, 512, 4, 5, dtype=dtype), randn(8, 512, 3, 3, dtype=dtype), randn(8, dtype=dtype)
+    ours = [t.clone().requires_grad_() for t in (x, w, b)]
+    ref = [t.double().requires_grad_() for t in (x, w, b)]
+    out, expected = xkernels.conv2d(*ours, padding=1), F.conv2d(*ref, padding=1)
+    assert_close(out, expected, dtype, "conv2d[512 channels] output", terms=512 * 9)
+    g = randn(*out.shape, dtype=dtype)
+    grads = torch.autograd.grad(out, ours, g)
+    ref_grads = torch.autograd.grad(expected, ref, g.double())
+    for name, got, want, terms in zip(("input", "weight", "bias"), grads, ref_grads, (8 * 9, 20, 20), strict=True):
+        assert_close(got, want, dtype, f"conv2d[512 channels] grad of {name}", terms=terms)

@@ -162,14 +162,18 @@ void run_destination_gemm(Launcher& L, const Conv2dProblem& p, const at::Tensor&
     wpk = prepacked.defined() ? prepacked : conv2d_pack_igemm_groups(weight, G, transposed, pad, &empty);
     pixel_tiles = ceil_div(M, Conv2dConfig::kGroupsR);
     other = dst_pg * (pad / S);
+    TORCH_CHECK(pad % S == 0, "xkernels.conv2d_packed: the packed weight's padding (", pad,
+                ") is not a multiple of this device's lane width (", S, ")");
   } else {
-    pad = prepacked.defined() ? layout.pad : ceil_div(dst_pg, S * tile.Q) * S * tile.Q;
+    // pad: the weight rows' stride (the channel tiles, padded, and skewed off multiples of 2 KiB).
+    const int64_t ctiles = ceil_div(dst_pg, S * tile.Q);
+    pad = prepacked.defined() ? layout.pad : conv2d_row_stride(ctiles * S * tile.Q, src.element_size());
+    TORCH_CHECK(pad >= ctiles * S * tile.Q && pad % S == 0, "xkernels.conv2d_packed: the packed weight's rows (", pad,
+                ") do not hold this device's tiles (", ctiles, " x ", S, " lanes x ", tile.Q, ")");
     wpk = prepacked.defined() ? prepacked : conv2d_pack_igemm(weight, G, transposed, pad, &empty);
     pixel_tiles = ceil_div(M, tile.R);
-    other = G * (pad / (S * tile.Q));
+    other = G * ctiles;
   }
-  TORCH_CHECK(pad % (groups ? S : S * tile.Q) == 0, "xkernels.conv2d_packed: the packed weight's padding (", pad,
-              ") is not a multiple of this device's tile (", S, " lanes x ", groups ? 1 : tile.Q, ")");
   using C = Conv2dConfig;
   const int64_t steps = (Cs / G) * p.KH * p.KW;  // reduction steps per tile
   const int64_t by_steps = std::min(C::kMaxTilesPerGroup, ceil_div(C::kMinStepsPerGroup, steps));

@@ -370,7 +370,10 @@ def _conv2d_pack_numel(weight_shape, groups: int, dtype: torch.dtype) -> int:
     if groups * up(Opg, S) > Opg * up(groups, S):  # lanes over groups
         return KH * KW * Cpg * Opg * up(groups, S)
     vec = S * (4 if Opg >= 48 else 1)
-    return groups * KH * KW * Cpg * up(Opg, vec) + 1
+    row = up(Opg, vec)
+    elem = torch.empty((), dtype=dtype).element_size()
+    row += 64 // elem if row * elem % 2048 == 0 else 0  # conv2d_row_stride
+    return groups * KH * KW * Cpg * row + 1
 
 
 @torch.library.register_fake("xkernels::pack_conv2d_weight")

@@ -156,7 +156,9 @@ def _conv2d_pack_layout(weight_shape, groups: int, dtype: torch.dtype):
 
     if groups * up(Opg, S) > Opg * up(groups, S):
         return True, S, up(groups, S)
-    return False, S, up(Opg, S * (4 if Opg >= 48 else 1))
+    row = up(Opg, S * (4 if Opg >= 48 else 1))
+    elem = torch.empty((), dtype=dtype).element_size()
+    return False, S, row + (64 // elem if row * elem % 2048 == 0 else 0)  # conv2d_row_stride: rows off 2 KiB multiples
 
 
 def _t_pack_conv2d_weight(weight, groups=1):

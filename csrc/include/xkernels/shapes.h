@@ -68,7 +68,8 @@ Conv2dProblem check_conv2d_backward(const at::Tensor& grad_output, const at::Ten
 // SYCL conv2d forward kernels read (kernels/conv2d.hpp), made once instead of on every call. With S lanes
 // (16; 8 for float64) and the channel vectors Q of the tile (4 from kWideMinChannels output channels per
 // group, else 1), one of
-//   lanes over channels: [G, KH, KW, C/G, O/G zero-padded to a multiple of S*Q], then one zero element;
+//   lanes over channels: [G, KH, KW, C/G, O/G zero-padded to a multiple of S*Q, plus one cache line when that
+//   row is a multiple of 2 KiB (conv2d_row_stride)], then one zero element;
 //   lanes over groups (depthwise-like, conv2d_group_lanes_pay): [KH, KW, C/G, O/G, G zero-padded to S].
 inline int64_t conv2d_pack_lanes(at::ScalarType t) { return t == at::kDouble ? 8 : 16; }
 constexpr int64_t kConv2dWideMinChannels = 48;  // the wide tile from this many channels per group
@@ -79,6 +80,14 @@ inline int64_t conv2d_channel_vectors(int64_t channels_per_group) {
 // G / (G rounded up to S)  >  dst_pg / (dst_pg rounded up to S), cross-multiplied.
 inline bool conv2d_group_lanes_pay(int64_t S, int64_t G, int64_t dst_pg) {
   return G * (ceil_div(dst_pg, S) * S) > dst_pg * (ceil_div(G, S) * S);
+}
+// Row stride (elements) of the lanes-over-channels weight layout for `padded` channels: one cache line more
+// when the row would be a multiple of 2 KiB. The kernel reads one tile's slice of every row, rows a stride
+// apart; at 2 KiB (512 float channels) those reads fell into a handful of cache sets and a 3x3 512->512
+// convolution ran at 14 GFLOP/s (384 channels, 1.5 KiB rows: 39); skewed, 21-23. Skewing rows of 512 B
+// multiples too (384 channels) made those slower (39 -> 30), so only 2 KiB multiples are skewed.
+inline int64_t conv2d_row_stride(int64_t padded, int64_t elem_size) {
+  return (padded * elem_size) % 2048 == 0 ? padded + 64 / elem_size : padded;
 }
 struct Conv2dPackLayout {
   bool group_lanes = false;
