@@ -164,10 +164,25 @@ def test_conv2d_module_cache_used_and_invalidated(sycl_backend):
         y = m(x)
         assert _cache(m)[2] is not first[2]
         assert_close(y, F.conv2d(x.double(), m.weight.double(), m.bias.double(), padding=1), torch.float32, "repacked")
+        second = _cache(m)
+        m.load_state_dict({"weight": torch.randn_like(m.weight), "bias": m.bias.clone()})  # copy_ into the weight
+        y = m(x)
+        assert _cache(m)[2] is not second[2]
+        assert_close(y, F.conv2d(x.double(), m.weight.double(), m.bias.double(), padding=1), torch.float32, "reloaded")
+        third = _cache(m)
+        m.weight = nn.Parameter(torch.randn_like(m.weight))  # a new Parameter object
+        y = m(x)
+        assert _cache(m)[2] is not third[2]
+        assert_close(y, F.conv2d(x.double(), m.weight.double(), m.bias.double(), padding=1), torch.float32, "new param")
+        m.double()  # .to(dtype): the packed copy follows
+        y = m(x.double())
+        assert y.dtype == torch.float64 and _cache(m)[2].dtype == torch.float64
+        m.invalidate_packed_weight()
+        assert _cache(m) is None
     # gradients needed: the parameter itself, so the gradient reaches it
-    y = m(x)
+    y = m(x.double())
     y.sum().backward()
-    assert m.weight.grad is not None
+    assert m.weight.grad is not None and _cache(m) is None
 
 
 def test_optimize_pack_weights_reaches_convolutions(sycl_backend):
