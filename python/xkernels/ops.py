@@ -9,7 +9,7 @@ from collections.abc import Sequence
 import torch
 from torch import Tensor
 
-from . import _C
+from . import _C, reference
 from .tolerances import DTYPES
 
 _ops = torch.ops.xkernels
@@ -359,21 +359,13 @@ def _conv2d_relu_fake(
 
 
 def _conv2d_pack_numel(weight_shape, groups: int, dtype: torch.dtype) -> int:
-    """Elements of pack_conv2d_weight's result: csrc shapes.cpp conv2d_pack_layout, the same rule."""
+    """Elements of pack_conv2d_weight's result (csrc shapes.cpp conv2d_pack_layout; the Python form of that rule
+    is xkernels.reference's, which the tests check against the C++ packing bit for bit)."""
     O, Cpg, KH, KW = weight_shape
-    Opg = O // groups
-    S = 8 if dtype == torch.float64 else 16
-
-    def up(v, m):
-        return -(-v // m) * m
-
-    if groups * up(Opg, S) > Opg * up(groups, S):  # lanes over groups
-        return KH * KW * Cpg * Opg * up(groups, S)
-    vec = S * (4 if Opg >= 48 else 1)
-    row = up(Opg, vec)
-    elem = torch.empty((), dtype=dtype).element_size()
-    row += 64 // elem if row * elem % 2048 == 0 else 0  # conv2d_row_stride
-    return groups * KH * KW * Cpg * row + 1
+    group_lanes, _, pad = reference.conv2d_pack_layout(weight_shape, groups, dtype)
+    if group_lanes:
+        return KH * KW * Cpg * (O // groups) * pad
+    return groups * KH * KW * Cpg * pad + 1
 
 
 @torch.library.register_fake("xkernels::pack_conv2d_weight")

@@ -19,7 +19,16 @@ import torch.nn.functional as F
 from torch import Tensor
 from torch.utils._python_dispatch import TorchDispatchMode
 
-__all__ = ["fused_linear_relu", "conv2d", "layer_norm", "FUNCTIONS", "oracle", "to_oracle", "torch_ops"]
+__all__ = [
+    "fused_linear_relu",
+    "conv2d",
+    "layer_norm",
+    "FUNCTIONS",
+    "oracle",
+    "to_oracle",
+    "torch_ops",
+    "conv2d_pack_layout",
+]
 
 
 def fused_linear_relu(
@@ -146,7 +155,7 @@ def _t_conv2d_relu(input, weight, bias=None, stride=1, padding=0, dilation=1, gr
     return torch.relu(y if residual is None else y + residual)
 
 
-def _conv2d_pack_layout(weight_shape, groups: int, dtype: torch.dtype):
+def conv2d_pack_layout(weight_shape, groups: int, dtype: torch.dtype):
     """(lanes over groups?, lanes, pad): csrc/include/xkernels/shapes.h conv2d_pack_layout, written again."""
     O, _, _, _ = weight_shape
     Opg, S = O // groups, (8 if dtype == torch.float64 else 16)
@@ -166,7 +175,7 @@ def _t_pack_conv2d_weight(weight, groups=1):
     O, Cpg, KH, KW = weight.shape
     G = groups
     w5 = weight.reshape(G, O // G, Cpg, KH, KW)
-    group_lanes, _, pad = _conv2d_pack_layout(weight.shape, groups, weight.dtype)
+    group_lanes, _, pad = conv2d_pack_layout(weight.shape, groups, weight.dtype)
     if group_lanes:  # [KH, KW, Cpg, Opg, G_pad]
         out = weight.new_zeros(KH, KW, Cpg, O // G, pad)
         out[..., :G] = w5.permute(3, 4, 2, 1, 0)
@@ -179,7 +188,7 @@ def _t_pack_conv2d_weight(weight, groups=1):
 def _t_unpack_conv2d_weight(packed, weight_shape, groups):
     O, Cpg, KH, KW = weight_shape
     G = groups
-    group_lanes, _, pad = _conv2d_pack_layout(weight_shape, groups, packed.dtype)
+    group_lanes, _, pad = conv2d_pack_layout(weight_shape, groups, packed.dtype)
     if group_lanes:
         return packed.view(KH, KW, Cpg, O // G, pad)[..., :G].permute(4, 3, 2, 0, 1).reshape(weight_shape)
     body = packed[: G * KH * KW * Cpg * pad].view(G, KH, KW, Cpg, pad)[..., : O // G]

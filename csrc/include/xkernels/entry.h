@@ -101,19 +101,27 @@ at::Tensor fused_linear_relu_packed(const at::Tensor& input, const at::Tensor& p
   }
 }
 
+// conv2d (and its conv2d_relu / conv2d_packed forms) where no kernel runs, for every backend: no output
+// elements (empty), or an empty reduction (C, KH or KW = 0: [relu](bias (or 0) + residual) everywhere);
+// nullopt when the backend must compute.
+inline std::optional<at::Tensor> conv2d_degenerate(const at::Tensor& input, const at::Tensor& bias,
+                                                   const at::Tensor& residual, bool relu, const Conv2dProblem& p) {
+  const auto fmt = p.channels_last ? at::MemoryFormat::ChannelsLast : at::MemoryFormat::Contiguous;
+  if (p.N == 0 || p.O == 0) return at::empty(p.out_sizes(), input.options().memory_format(fmt));
+  if (p.C != 0 && p.KH != 0 && p.KW != 0) return std::nullopt;
+  at::Tensor out = zeros_in(p.out_sizes(), input.options(), fmt);
+  if (bias.defined()) out.add_(p.batched ? bias.view({1, p.O, 1, 1}) : bias.view({p.O, 1, 1}));
+  if (residual.defined()) out.add_(residual);
+  return relu ? out.clamp_min_(0) : out;
+}
+
 // ---------------------------------------------------------------- conv2d
 template <Chooser choose>
 at::Tensor conv2d(const at::Tensor& input, const at::Tensor& weight, const std::optional<at::Tensor>& bias,
                   at::IntArrayRef stride, at::IntArrayRef padding, at::IntArrayRef dilation, int64_t groups) {
   const Conv2dProblem p = check_conv2d(input, weight, bias, stride, padding, dilation, groups);
   const at::Tensor b = value_or_undefined(bias);
-  const auto fmt = p.channels_last ? at::MemoryFormat::ChannelsLast : at::MemoryFormat::Contiguous;
-  if (p.N == 0 || p.O == 0) return at::empty(p.out_sizes(), input.options().memory_format(fmt));
-  if (p.C == 0 || p.KH == 0 || p.KW == 0) {  // empty reduction: bias (or 0) everywhere
-    at::Tensor out = zeros_in(p.out_sizes(), input.options(), fmt);
-    if (b.defined()) out.add_(p.batched ? b.view({1, p.O, 1, 1}) : b.view({p.O, 1, 1}));
-    return out;
-  }
+  if (auto out = conv2d_degenerate(input, b, at::Tensor(), /*relu=*/false, p)) return *out;
   const Backend chosen = choose("conv2d", input.scalar_type());
   XK_CALL_BACKEND(chosen, conv2d, input, weight, b, p);
 }
@@ -126,14 +134,7 @@ at::Tensor conv2d_relu(const at::Tensor& input, const at::Tensor& weight, const 
   const Conv2dProblem p = check_conv2d_relu(input, weight, bias, stride, padding, dilation, groups, residual);
   const at::Tensor b = value_or_undefined(bias);
   const at::Tensor r = value_or_undefined(residual);
-  const auto fmt = p.channels_last ? at::MemoryFormat::ChannelsLast : at::MemoryFormat::Contiguous;
-  if (p.N == 0 || p.O == 0) return at::empty(p.out_sizes(), input.options().memory_format(fmt));
-  if (p.C == 0 || p.KH == 0 || p.KW == 0) {  // empty reduction: relu(bias (or 0) + residual) everywhere
-    at::Tensor out = zeros_in(p.out_sizes(), input.options(), fmt);
-    if (b.defined()) out.add_(p.batched ? b.view({1, p.O, 1, 1}) : b.view({p.O, 1, 1}));
-    if (r.defined()) out.add_(r);
-    return out.clamp_min_(0);
-  }
+  if (auto out = conv2d_degenerate(input, b, r, /*relu=*/true, p)) return *out;
   const Backend chosen = choose("conv2d_relu", input.scalar_type());
   XK_CALL_BACKEND(chosen, conv2d_relu, input, weight, b, r, p);
 }
@@ -162,14 +163,7 @@ at::Tensor conv2d_packed(const at::Tensor& input, const at::Tensor& packed_weigh
       check_conv2d_packed(input, packed_weight, weight_shape, bias, stride, padding, dilation, groups, residual);
   const at::Tensor b = value_or_undefined(bias);
   const at::Tensor r = value_or_undefined(residual);
-  const auto fmt = p.channels_last ? at::MemoryFormat::ChannelsLast : at::MemoryFormat::Contiguous;
-  if (p.N == 0 || p.O == 0) return at::empty(p.out_sizes(), input.options().memory_format(fmt));
-  if (p.C == 0 || p.KH == 0 || p.KW == 0) {  // empty reduction: [relu](bias (or 0) + residual) everywhere
-    at::Tensor out = zeros_in(p.out_sizes(), input.options(), fmt);
-    if (b.defined()) out.add_(p.batched ? b.view({1, p.O, 1, 1}) : b.view({p.O, 1, 1}));
-    if (r.defined()) out.add_(r);
-    return relu ? out.clamp_min_(0) : out;
-  }
+  if (auto out = conv2d_degenerate(input, b, r, relu, p)) return *out;
   switch (choose("conv2d_packed", input.scalar_type())) {
     case Backend::Reference: return reference::conv2d_packed(input, packed_weight, b, r, relu, p);
     case Backend::Sycl: XK_IF_SYCL(return sycl_backend::conv2d_packed(input, packed_weight, b, r, relu, p));
