@@ -4,6 +4,8 @@
 #include <ATen/ATen.h>
 #include <ATen/MemoryOverlap.h>
 
+#include <algorithm>
+
 namespace xkernels {
 namespace {
 
@@ -215,9 +217,8 @@ Conv2dPackLayout conv2d_pack_layout(at::IntArrayRef weight_shape, int64_t groups
     l.pad = ceil_div(groups, l.lanes) * l.lanes;
     l.numel = KH * KW * Cpg * Opg * l.pad;
   } else {
-    const int64_t vec = l.lanes * conv2d_channel_vectors(Opg);
-    l.pad = conv2d_row_stride(ceil_div(Opg, vec) * vec, at::elementSize(dtype));
-    l.numel = groups * KH * KW * Cpg * l.pad + 1;
+    l.pad = l.lanes * conv2d_channel_vectors(Opg);
+    l.numel = groups * ceil_div(Opg, l.pad) * l.pad * KH * KW * Cpg + 1;
   }
   return l;
 }
@@ -226,15 +227,21 @@ static at::Tensor zeros_with(Conv2dAlloc alloc, at::IntArrayRef sizes, const at:
   return (alloc != nullptr ? alloc(sizes, opts) : at::empty(sizes, opts)).zero_();
 }
 
-at::Tensor conv2d_pack_igemm(const at::Tensor& weight, int64_t groups, bool transposed, int64_t dst_pad,
+at::Tensor conv2d_pack_igemm(const at::Tensor& weight, int64_t groups, bool transposed, int64_t panel,
                              Conv2dAlloc alloc) {
   const int64_t G = groups, Opg = weight.size(0) / G, Cpg = weight.size(1), KH = weight.size(2), KW = weight.size(3);
+  const int64_t src_ch = transposed ? Opg : Cpg, dst_ch = transposed ? Cpg : Opg;
+  const int64_t npanels = ceil_div(dst_ch, panel);
+  // [G, dst_ch, src_ch, KH, KW] -> [G, KH, KW, src_ch, dst_ch], then the destination channels cut into panels.
   const at::Tensor w5 = weight.reshape({G, Opg, Cpg, KH, KW});
   const at::Tensor src = transposed ? w5.permute({0, 3, 4, 1, 2}) : w5.permute({0, 3, 4, 2, 1});
-  const int64_t src_ch = transposed ? Opg : Cpg, dst_ch = transposed ? Cpg : Opg;
-  const int64_t body = G * KH * KW * src_ch * dst_pad;
+  const int64_t body = G * npanels * KH * KW * src_ch * panel;
   at::Tensor packed = zeros_with(alloc, {body + 1}, weight.options());
-  packed.narrow(0, 0, body).view({G, KH, KW, src_ch, dst_pad}).narrow(4, 0, dst_ch).copy_(src);
+  const at::Tensor panels = packed.narrow(0, 0, body).view({G, npanels, KH, KW, src_ch, panel});
+  for (int64_t pi = 0; pi < npanels; ++pi) {
+    const int64_t width = std::min(panel, dst_ch - pi * panel);
+    panels.select(1, pi).narrow(4, 0, width).copy_(src.narrow(4, pi * panel, width));
+  }
   return packed;
 }
 
@@ -261,9 +268,12 @@ at::Tensor conv2d_unpack(const at::Tensor& packed, at::IntArrayRef weight_shape,
   const int64_t KH = weight_shape[2], KW = weight_shape[3];
   if (l.group_lanes)  // [KH, KW, Cpg, Opg, G_pad] -> [G, Opg, Cpg, KH, KW]
     return packed.view({KH, KW, Cpg, Opg, l.pad}).narrow(4, 0, G).permute({4, 3, 2, 0, 1}).reshape(weight_shape);
-  // [G, KH, KW, Cpg, Opg_pad] (+ 1) -> [G, Opg, Cpg, KH, KW]
+  // [G, npanels, KH, KW, Cpg, P] (+ 1) -> [G, KH, KW, Cpg, npanels * P] -> [G, Opg, Cpg, KH, KW]
+  const int64_t npanels = ceil_div(Opg, l.pad);
   return packed.narrow(0, 0, l.numel - 1)
-      .view({G, KH, KW, Cpg, l.pad})
+      .view({G, npanels, KH, KW, Cpg, l.pad})
+      .permute({0, 2, 3, 4, 1, 5})
+      .reshape({G, KH, KW, Cpg, npanels * l.pad})
       .narrow(4, 0, Opg)
       .permute({0, 4, 3, 1, 2})
       .reshape(weight_shape);

@@ -23,7 +23,8 @@ CASES = {
     "groups": (2, 6, 9, 8, 9, 3, 2, (1, 2), (2, 0), (1, 2), 3),
     "depthwise": (2, 32, 7, 7, 32, 3, 3, 1, 1, 1, 32),  # lanes over groups
     "pointwise": (2, 16, 5, 6, 24, 1, 1, 1, 0, 1, 1),
-    "skewed_rows": (1, 8, 5, 4, 512, 3, 3, 1, 1, 1, 1),  # 512 channels: 2 KiB rows get a cache line more
+    "panels": (1, 8, 5, 4, 200, 3, 3, 1, 1, 1, 1),  # 200 channels: 4 panels of 64, the last one partly padding
+    "group_panels": (1, 8, 5, 4, 160, 1, 1, 1, 0, 1, 2),  # 2 groups of 80 output channels: 2 panels each
 }
 
 
@@ -219,10 +220,10 @@ def test_optimize_pack_weights_reaches_convolutions(sycl_backend):
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=str)
-def test_skewed_weight_rows_grad_input(backend, dtype):
-    """conv2d_row_stride: 512 source channels make the grad_input GEMM's weight rows 2 KiB (4 KiB) long, which
-    the packing skews by a cache line; output and gradients still match float64 torch (budgets scaled to the
-    reductions: 512 x 9 terms per output and grad_input element, 20 pixels per grad_weight element)."""
+def test_wide_weight_panels_grad_input(backend, dtype):
+    """512 input channels: the grad_input GEMM packs the weight into panels of input channels (8 panels of 64
+    on AVX-512, 32 of 16 on AVX2); output and gradients match float64 torch (budgets scaled to the reductions:
+    512 x 9 terms per output element, 8 x 9 per grad_input element, 20 pixels per grad_weight element)."""
     x, w, b = randn(1, 512, 4, 5, dtype=dtype), randn(8, 512, 3, 3, dtype=dtype), randn(8, dtype=dtype)
     ours = [t.clone().requires_grad_() for t in (x, w, b)]
     ref = [t.double().requires_grad_() for t in (x, w, b)]

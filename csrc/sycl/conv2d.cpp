@@ -7,12 +7,15 @@
 // copy); grad_weight also needs grad_output channels_last (its channels are vector loads) and
 // converts it when it is not. Outputs are written directly in the problem's memory format
 // (p.channels_last: NHWC, else NCHW), 3-D when the input was unbatched. The weight is packed
-// per call into [G, KH, KW, C/G, O/G padded] (the destination channel innermost, zero padded
-// to whole lane vectors) plus one trailing zero that out-of-image taps read (shapes.h, conv2d_pack_*),
-// or comes packed once by pack_conv2d_weight (conv2d_packed).
+// per call, by a kernel (conv2d_pack_panels / conv2d_pack_groups), into panels of the tile's width
+// [G, O/G / panel, KH, KW, C/G, panel] (the destination channel innermost, zero padded to whole panels)
+// plus one trailing zero that out-of-image taps read, or comes packed once by pack_conv2d_weight
+// (conv2d_packed: panels of shapes.h's width, conv2d_pack_layout).
 #include <ATen/ATen.h>
 
 #include <algorithm>
+#include <cstdlib>
+#include <iterator>
 #include <string>
 
 #include "sycl/host_alloc.h"
@@ -48,12 +51,10 @@ struct Conv2dConfig {
   // the channels of one group (depthwise: 16 of 16 instead of 1 of 16); R pixels per
   // work-group, R accumulators per lane.
   static constexpr int kGroupsR = 8;
-  // Destination-pixel GEMMs: consecutive pixel tiles per work-group so that each work-group
-  // runs at least kMinStepsPerGroup reduction steps (a work-group costs a fixed dispatch
-  // overhead on the CPU device; 1x1 layers with 64 channels ran at a third of the speed of
-  // 3x3 layers with one tile per work-group), up to kMaxTilesPerGroup, keeping at least
-  // kTargetGroups work-groups.
-  static constexpr int64_t kMinStepsPerGroup = 512;
+  // Destination-pixel GEMMs: consecutive pixel tiles per work-group (the tiling table, choose_tiling:
+  // a work-group costs a fixed dispatch overhead on the CPU device; 1x1 layers with 64 channels ran at a
+  // third of the speed of 3x3 layers with one tile per work-group), up to kMaxTilesPerGroup, keeping at
+  // least kTargetGroups work-groups.
   static constexpr int64_t kMaxTilesPerGroup = 32;
   // grad_weight with lanes over groups: R taps per work-group (a 3x3 kernel in one block).
   static constexpr int kGradWeightGroupsR = 9;
@@ -73,6 +74,8 @@ struct Conv2dConfig {
   static constexpr int64_t kMaxSplits = 64;
   static constexpr int64_t kMaxPartialElements = int64_t(1) << 23;
   static constexpr int64_t kReduceLocal = 64;  // work-items per work-group in the split reduction
+  // Weight packing: about this many elements per work-group (conv2d_pack_panels).
+  static constexpr int64_t kPackElements = 8192;
 };
 
 // Lane width (the kernels' template S) for element type T on the launcher's device: the preferred
@@ -130,6 +133,118 @@ void with_tile(Tile t, F&& f) {
 // `t` (4-D, or 3-D unbatched) as a 4-D view.
 at::Tensor as_4d(const at::Tensor& t) { return t.dim() == 3 ? t.unsqueeze(0) : t; }
 
+// Packs `weight` on the device for the destination-pixel GEMMs (kernels/conv2d.hpp, weight packing):
+// panels of `pad` destination channels (lanes over channels) or, with `groups_layout`, groups padded to `pad`.
+// The result is a flat tensor of the backend's allocator; nothing waits for the kernel (the GEMM that reads
+// it runs after it on the same in-order queue; the caller's finish waits for both).
+template <typename T>
+at::Tensor pack_on_device(Launcher& L, const at::Tensor& weight, int64_t G, bool transposed, bool groups_layout,
+                          int64_t pad) {
+  const int64_t Opg = weight.size(0) / G, Cpg = weight.size(1), KH = weight.size(2), KW = weight.size(3);
+  const int64_t dst_ch = transposed ? Cpg : Opg, src_ch = transposed ? Opg : Cpg;
+  typename xk::conv2d_pack_params<T> q{};
+  q.w = cptr<T>(weight);
+  q.G = G, q.Opg = Opg, q.Cpg = Cpg, q.KH = KH, q.KW = KW;
+  q.wO = weight.stride(0), q.wC = weight.stride(1), q.wH = weight.stride(2), q.wW = weight.stride(3);
+  q.pad = pad;
+  q.transposed = transposed ? 1 : 0;
+  at::Tensor wpk;
+  if (groups_layout) {
+    const int64_t total = KH * KW * src_ch * dst_ch * pad;
+    wpk = empty({total}, weight.options());
+    q.wpk = mptr<T>(wpk);
+    const int64_t local =
+        std::min<int64_t>(Conv2dConfig::kReduceLocal, static_cast<int64_t>(L.traits().max_work_group_size));
+    L.launch<xk::conv2d_pack_groups, T>(
+        sycl::nd_range<1>(sycl::range<1>(std::max<int64_t>(1, ceil_div(total, local)) * local), sycl::range<1>(local)),
+        q);
+    return wpk;
+  }
+  const int64_t npanels = ceil_div(dst_ch, pad);
+  wpk = empty({G * npanels * pad * KH * KW * src_ch + 1}, weight.options());
+  q.wpk = mptr<T>(wpk);
+  // Source channels per work-group: about kPackElements elements each, and enough work-groups to share.
+  const int64_t S = lanes_for<T>(L);
+  const int64_t rows = std::max<int64_t>(1, Conv2dConfig::kPackElements / (pad * KH * KW));
+  const int64_t by_groups = ceil_div(src_ch * G * npanels, Conv2dConfig::kTargetGroups);
+  q.src_block = std::max<int64_t>(1, std::min({rows, by_groups, src_ch}));
+  const int64_t groups = G * npanels * ceil_div(std::max<int64_t>(src_ch, 1), q.src_block);
+  with_lanes<T>(S, [&](auto S_) {
+    constexpr int SL = decltype(S_)::value;
+    L.launch<xk::conv2d_pack_panels<SL>, T>(sycl::nd_range<1>(sycl::range<1>(groups * S), sycl::range<1>(S)), q);
+  });
+  return wpk;
+}
+
+// Work-group shape of the destination-pixel GEMM (lanes over channels): pixel tiles per work-group, their
+// order, and K blocking. Chosen per layer by the table in choose_tiling; XKERNELS_CONV2D_TILING
+// ("tiles=<n>,kblock=<n>", either part optional; read at every call) overrides it, for measuring.
+struct Conv2dTiling {
+  int64_t tiles_per_group = 1;
+  int64_t kblock = 0;  // reduction steps per K block, 0: none
+};
+constexpr const char* kTilingEnv = "XKERNELS_CONV2D_TILING";
+
+// The per-device tiling table. A row per device class (DeviceTraits::vector_registers: 16 = AVX2, 32 = AVX-512,
+// 0 = any other device); per layer, a work-group takes enough consecutive pixel tiles to run min_steps reduction
+// steps and at least min_tiles tiles (at most kMaxTilesPerGroup), while kTargetGroups work-groups remain; layers
+// with at least kblock_from reduction steps are K-blocked by kblock steps.
+// Measured with scripts/tune_conv2d.py (every ResNet-50 layer, batch 1 and 8, NCHW and channels_last;
+// docs/performance.md "conv2d: weight panels, packing on the device, tiling"):
+//   AVX2 (AMD EPYC, 2 vCPUs): 8 tiles per work-group was the best or within 2 % of it on 25 of 36 layer cases,
+//     the 512-step rule alone 0.91-1.00 of the best; K blocks of 256 steps cost 10-17 %, of 576 steps 0-10 %
+//     (the panel layout already streams each tile's weights from L2), so no K blocking.
+//   AVX-512 (Xeon, earlier measurements): the 512-step rule; tiles and K blocking not re-measured there.
+//   Other devices (GPUs): not measured; the AVX-512 row.
+struct TilingRow {
+  int vector_registers;
+  int64_t min_steps, min_tiles, kblock_from, kblock;
+};
+constexpr TilingRow kTilingTable[] = {
+    {16, 512, 8, 0, 0},
+    {32, 512, 1, 0, 0},
+    {0, 512, 1, 0, 0},
+};
+
+// The table's choice for a layer: `steps` reduction steps per tile, pixel_tiles x other tiles in all.
+Conv2dTiling choose_tiling(const DeviceTraits& t, int64_t steps, int64_t pixel_tiles, int64_t other) {
+  const int vr = t.is_cpu ? t.vector_registers() : 0;
+  const TilingRow* row = &kTilingTable[std::size(kTilingTable) - 1];
+  for (const TilingRow& r : kTilingTable)
+    if (r.vector_registers == vr) {
+      row = &r;
+      break;
+    }
+  using C = Conv2dConfig;
+  const int64_t want = std::max(row->min_tiles, ceil_div(row->min_steps, steps));
+  const int64_t by_groups = std::max<int64_t>(1, pixel_tiles * other / C::kTargetGroups);
+  Conv2dTiling tiling;
+  tiling.tiles_per_group = std::max<int64_t>(1, std::min({C::kMaxTilesPerGroup, want, by_groups}));
+  tiling.kblock = row->kblock_from > 0 && steps >= row->kblock_from ? row->kblock : 0;
+  return tiling;
+}
+
+void apply_tiling_override(Conv2dTiling& t) {
+  const char* env = std::getenv(kTilingEnv);
+  if (env == nullptr || *env == 0) return;
+  const std::string v(env);
+  size_t pos = 0;
+  while (pos < v.size()) {
+    const size_t end = std::min(v.find(',', pos), v.size());
+    const std::string item = v.substr(pos, end - pos);
+    const size_t eq = item.find('=');
+    const std::string key = eq == std::string::npos ? item : item.substr(0, eq);
+    const std::string val = eq == std::string::npos ? "" : item.substr(eq + 1);
+    char* stop = nullptr;
+    const long long n = std::strtoll(val.c_str(), &stop, 10);
+    XK_CHECK_VALUE((key == "tiles" || key == "kblock") && !val.empty() && *stop == 0 && n >= (key == "tiles" ? 1 : 0),
+                   "conv2d", "environment variable ", kTilingEnv,
+                   " must be 'tiles=<n >= 1>,kblock=<n >= 0>' (either part optional), got '", env, "'");
+    (key == "tiles" ? t.tiles_per_group : t.kblock) = n;
+    pos = end + 1;
+  }
+}
+
 // The destination-pixel GEMM: forward (src = input, dst = output, bias fused) or grad_input
 // (transposed: src = grad_output, dst = grad_input, no bias). Picks lanes over channels
 // (conv2d_igemm, wide or narrow tile) or over groups (conv2d_igemm_groups), packs the weight
@@ -157,28 +272,28 @@ void run_destination_gemm(Launcher& L, const Conv2dProblem& p, const at::Tensor&
   at::Tensor wpk;
   int64_t pad = 0;
   int64_t pixel_tiles = 0, other = 0;  // work-groups = ceil(pixel_tiles / per_group) * other
+  XK_CHECK(prepacked.defined() || weight.defined(), "conv2d", "internal error: no weight operand");
   if (groups) {
     pad = prepacked.defined() ? layout.pad : ceil_div(G, S) * S;
-    wpk = prepacked.defined() ? prepacked : conv2d_pack_igemm_groups(weight, G, transposed, pad, &empty);
-    pixel_tiles = ceil_div(M, Conv2dConfig::kGroupsR);
-    other = dst_pg * (pad / S);
     TORCH_CHECK(pad % S == 0, "xkernels.conv2d_packed: the packed weight's padding (", pad,
                 ") is not a multiple of this device's lane width (", S, ")");
+    pixel_tiles = ceil_div(M, Conv2dConfig::kGroupsR);
+    other = dst_pg * (pad / S);
   } else {
-    // pad: the weight rows' stride (the channel tiles, padded, and skewed off multiples of 2 KiB).
+    // pad: the weight panels' width, a multiple of the tile's S*Q channels (per call: exactly S*Q, so that a
+    // tile's weights are one contiguous stream).
     const int64_t ctiles = ceil_div(dst_pg, S * tile.Q);
-    pad = prepacked.defined() ? layout.pad : conv2d_row_stride(ctiles * S * tile.Q, src.element_size());
-    TORCH_CHECK(pad >= ctiles * S * tile.Q && pad % S == 0, "xkernels.conv2d_packed: the packed weight's rows (", pad,
-                ") do not hold this device's tiles (", ctiles, " x ", S, " lanes x ", tile.Q, ")");
-    wpk = prepacked.defined() ? prepacked : conv2d_pack_igemm(weight, G, transposed, pad, &empty);
+    pad = prepacked.defined() ? layout.pad : S * tile.Q;
+    TORCH_CHECK(pad % (S * tile.Q) == 0, "xkernels.conv2d_packed: the packed weight's panels (", pad,
+                " channels) do not hold this device's tiles (", S, " lanes x ", tile.Q, ")");
     pixel_tiles = ceil_div(M, tile.R);
     other = G * ctiles;
   }
-  using C = Conv2dConfig;
   const int64_t steps = (Cs / G) * p.KH * p.KW;  // reduction steps per tile
-  const int64_t by_steps = std::min(C::kMaxTilesPerGroup, ceil_div(C::kMinStepsPerGroup, steps));
-  const int64_t by_groups = std::max<int64_t>(1, pixel_tiles * other / C::kTargetGroups);
-  const int64_t per_group = std::max<int64_t>(1, std::min(by_steps, by_groups));
+  Conv2dTiling tiling = choose_tiling(L.traits(), steps, pixel_tiles, other);
+  if (groups) tiling.kblock = 0;               // conv2d_igemm_groups has no K blocks
+  if (!groups) apply_tiling_override(tiling);  // may throw: before anything is launched
+  const int64_t per_group = tiling.tiles_per_group;
   const int64_t tiles = ceil_div(pixel_tiles, per_group) * other;
   // Work-group order (see conv2d_igemm): keep the weight slice in cache when the weights outweigh the
   // source activations (deep layers), else the source rows.
@@ -202,32 +317,47 @@ void run_destination_gemm(Launcher& L, const Conv2dProblem& p, const at::Tensor&
     q.pixel_major = pixel_major;
     q.relu = relu ? 1 : 0;
   };
-  with_lanes<T>(S, [&](auto S_) {
-    constexpr int SL = decltype(S_)::value;
-    auto launch_cl = [&](auto DST_CL) {
-      constexpr bool CL = decltype(DST_CL)::value;
-      if (groups) {
-        using K = xk::conv2d_igemm_groups<CL, SL, Conv2dConfig::kGroupsR>;
-        typename K::template params<T> q{};
-        fill(q);
-        q.G_pad = pad;
-        L.launch<K, T>(range, q);
-      } else {
-        with_tile<SL>(tile, [&](auto R, auto Q) {
-          using K = xk::conv2d_igemm<CL, SL, decltype(R)::value, decltype(Q)::value>;
+  auto launch_gemm = [&] {
+    with_lanes<T>(S, [&](auto S_) {
+      constexpr int SL = decltype(S_)::value;
+      auto launch_cl = [&](auto DST_CL) {
+        constexpr bool CL = decltype(DST_CL)::value;
+        if (groups) {
+          using K = xk::conv2d_igemm_groups<CL, SL, Conv2dConfig::kGroupsR>;
           typename K::template params<T> q{};
           fill(q);
-          q.Cd_pad = pad;
+          q.G_pad = pad;
           L.launch<K, T>(range, q);
-        });
-      }
-    };
-    if (p.channels_last)
-      launch_cl(std::true_type{});
-    else
-      launch_cl(std::false_type{});
-  });
-  L.finish(src);  // wpk is freed when this returns
+        } else {
+          with_tile<SL>(tile, [&](auto R, auto Q) {
+            using K = xk::conv2d_igemm<CL, SL, decltype(R)::value, decltype(Q)::value>;
+            typename K::template params<T> q{};
+            fill(q);
+            q.panel = pad;
+            q.kblock = tiling.kblock;
+            L.launch<K, T>(range, q);
+          });
+        }
+      };
+      if (p.channels_last)
+        launch_cl(std::true_type{});
+      else
+        launch_cl(std::false_type{});
+    });
+  };
+  // The per-call packing runs on the queue ahead of the GEMM. Should a launch after it throw, the queue is
+  // drained before wpk is freed (a kernel must never write into memory handed back to the allocator).
+  wpk = prepacked.defined() ? prepacked : pack_on_device<T>(L, weight, G, transposed, groups, pad);
+  try {
+    launch_gemm();
+  } catch (...) {
+    try {
+      L.finish(src);
+    } catch (...) {  // the first error is the one to report
+    }
+    throw;
+  }
+  L.finish(src);  // wpk is freed when this returns (after the kernels: finish waits for CPU tensors)
 }
 
 // Number of pixel splits for a reduction over M pixels with `tiles` work-groups per split
@@ -422,9 +552,15 @@ void check_pack_lanes(const char* op, const Launcher& L, at::ScalarType dtype) {
            " lanes, but this device's conv2d kernels run ", S, " (use conv2d / conv2d_relu on this device)");
 }
 
-at::Tensor pack_weight_for(const Launcher& L, const at::Tensor& weight, int64_t groups) {
+at::Tensor pack_weight_for(Launcher L, const at::Tensor& weight, int64_t groups) {
   check_pack_lanes("pack_conv2d_weight", L, weight.scalar_type());
-  return conv2d_pack(weight, groups);
+  const Conv2dPackLayout l = conv2d_pack_layout(weight.sizes(), groups, weight.scalar_type());
+  at::Tensor packed;
+  XK_DISPATCH_DEVICE_TYPES(weight.scalar_type(), "pack_conv2d_weight", [&] {
+    packed = pack_on_device<T>(L, weight, groups, /*transposed=*/false, l.group_lanes, l.pad);
+  });
+  L.finish(weight);
+  return packed;
 }
 
 at::Tensor forward_packed(Launcher L, const at::Tensor& input, const at::Tensor& packed_weight, const at::Tensor& bias,

@@ -365,7 +365,7 @@ def _conv2d_pack_numel(weight_shape, groups: int, dtype: torch.dtype) -> int:
     group_lanes, _, pad = reference.conv2d_pack_layout(weight_shape, groups, dtype)
     if group_lanes:
         return KH * KW * Cpg * (O // groups) * pad
-    return groups * KH * KW * Cpg * pad + 1
+    return groups * -(-(O // groups) // pad) * pad * KH * KW * Cpg + 1
 
 
 @torch.library.register_fake("xkernels::pack_conv2d_weight")

@@ -156,7 +156,8 @@ def _t_conv2d_relu(input, weight, bias=None, stride=1, padding=0, dilation=1, gr
 
 
 def conv2d_pack_layout(weight_shape, groups: int, dtype: torch.dtype):
-    """(lanes over groups?, lanes, pad): csrc/include/xkernels/shapes.h conv2d_pack_layout, written again."""
+    """(lanes over groups?, lanes, pad): csrc/include/xkernels/shapes.h conv2d_pack_layout, written again.
+    pad is G padded to the lanes (lanes over groups) or the width of the output-channel panels."""
     O, _, _, _ = weight_shape
     Opg, S = O // groups, (8 if dtype == torch.float64 else 16)
 
@@ -165,9 +166,7 @@ def conv2d_pack_layout(weight_shape, groups: int, dtype: torch.dtype):
 
     if groups * up(Opg, S) > Opg * up(groups, S):
         return True, S, up(groups, S)
-    row = up(Opg, S * (4 if Opg >= 48 else 1))
-    elem = torch.empty((), dtype=dtype).element_size()
-    return False, S, row + (64 // elem if row * elem % 2048 == 0 else 0)  # conv2d_row_stride: rows off 2 KiB multiples
+    return False, S, S * (4 if Opg >= 48 else 1)  # the panel width: S lanes x the tile's channel vectors
 
 
 def _t_pack_conv2d_weight(weight, groups=1):
@@ -180,8 +179,10 @@ def _t_pack_conv2d_weight(weight, groups=1):
         out = weight.new_zeros(KH, KW, Cpg, O // G, pad)
         out[..., :G] = w5.permute(3, 4, 2, 1, 0)
         return out.reshape(-1)
-    out = weight.new_zeros(G, KH, KW, Cpg, pad)  # [G, KH, KW, Cpg, Opg_pad] + one zero
-    out[..., : O // G] = w5.permute(0, 3, 4, 2, 1)
+    P, panels = pad, -(-(O // G) // pad)  # [G, panels, KH, KW, Cpg, P] + one zero
+    rows = weight.new_zeros(G, KH, KW, Cpg, panels * P)
+    rows[..., : O // G] = w5.permute(0, 3, 4, 2, 1)
+    out = rows.view(G, KH, KW, Cpg, panels, P).permute(0, 4, 1, 2, 3, 5)
     return torch.cat([out.reshape(-1), weight.new_zeros(1)])
 
 
@@ -191,8 +192,10 @@ def _t_unpack_conv2d_weight(packed, weight_shape, groups):
     group_lanes, _, pad = conv2d_pack_layout(weight_shape, groups, packed.dtype)
     if group_lanes:
         return packed.view(KH, KW, Cpg, O // G, pad)[..., :G].permute(4, 3, 2, 0, 1).reshape(weight_shape)
-    body = packed[: G * KH * KW * Cpg * pad].view(G, KH, KW, Cpg, pad)[..., : O // G]
-    return body.permute(0, 4, 3, 1, 2).reshape(weight_shape)
+    panels = -(-(O // G) // pad)
+    body = packed[: G * panels * KH * KW * Cpg * pad].view(G, panels, KH, KW, Cpg, pad)
+    rows = body.permute(0, 2, 3, 4, 1, 5).reshape(G, KH, KW, Cpg, panels * pad)[..., : O // G]
+    return rows.permute(0, 4, 3, 1, 2).reshape(weight_shape)
 
 
 def _t_conv2d_packed(

@@ -68,8 +68,8 @@ Conv2dProblem check_conv2d_backward(const at::Tensor& grad_output, const at::Ten
 // SYCL conv2d forward kernels read (kernels/conv2d.hpp), made once instead of on every call. With S lanes
 // (16; 8 for float64) and the channel vectors Q of the tile (4 from kWideMinChannels output channels per
 // group, else 1), one of
-//   lanes over channels: [G, KH, KW, C/G, O/G zero-padded to a multiple of S*Q, plus one cache line when that
-//   row is a multiple of 2 KiB (conv2d_row_stride)], then one zero element;
+//   lanes over channels, in panels of P = S*Q output channels: [G, ceil(O/G / P), KH, KW, C/G, P] (the last
+//   panel of each group zero-padded), then one zero element;
 //   lanes over groups (depthwise-like, conv2d_group_lanes_pay): [KH, KW, C/G, O/G, G zero-padded to S].
 inline int64_t conv2d_pack_lanes(at::ScalarType t) { return t == at::kDouble ? 8 : 16; }
 constexpr int64_t kConv2dWideMinChannels = 48;  // the wide tile from this many channels per group
@@ -81,24 +81,17 @@ inline int64_t conv2d_channel_vectors(int64_t channels_per_group) {
 inline bool conv2d_group_lanes_pay(int64_t S, int64_t G, int64_t dst_pg) {
   return G * (ceil_div(dst_pg, S) * S) > dst_pg * (ceil_div(G, S) * S);
 }
-// Row stride (elements) of the lanes-over-channels weight layout for `padded` channels: one cache line more
-// when the row would be a multiple of 2 KiB. The kernel reads one tile's slice of every row, rows a stride
-// apart; at 2 KiB (512 float channels) those reads fell into a handful of cache sets and a 3x3 512->512
-// convolution ran at 14 GFLOP/s (384 channels, 1.5 KiB rows: 39); skewed, 21-23. Skewing rows of 512 B
-// multiples too (384 channels) made those slower (39 -> 30), so only 2 KiB multiples are skewed.
-inline int64_t conv2d_row_stride(int64_t padded, int64_t elem_size) {
-  return (padded * elem_size) % 2048 == 0 ? padded + 64 / elem_size : padded;
-}
 struct Conv2dPackLayout {
   bool group_lanes = false;
-  int64_t lanes = 0, pad = 0, numel = 0;  // pad: O/G padded (lanes over channels) or G padded (over groups)
+  int64_t lanes = 0, pad = 0, numel = 0;  // pad: the panel width P (lanes over channels) or G padded
 };
 Conv2dPackLayout conv2d_pack_layout(at::IntArrayRef weight_shape, int64_t groups, at::ScalarType dtype);
-// The kernels' weight operands, forward (transposed = false) or grad_input (true: the roles of C/G and O/G
-// swapped): [G, KH, KW, src_ch, dst_pad] + 1 zero, and [KH, KW, src_ch, dst_ch, g_pad].
+// The kernels' weight operands in torch ops (the reference backend's pack_conv2d_weight; the SYCL backends
+// pack with kernels), forward (transposed = false) or grad_input (true: the roles of C/G and O/G swapped):
+// [G, ceil(dst_ch / panel), KH, KW, src_ch, panel] + 1 zero, and [KH, KW, src_ch, dst_ch, g_pad].
 // `alloc` (optional) allocates the result (a backend's caching allocator), else at::empty.
 using Conv2dAlloc = at::Tensor (*)(at::IntArrayRef sizes, const at::TensorOptions& opts);
-at::Tensor conv2d_pack_igemm(const at::Tensor& weight, int64_t groups, bool transposed, int64_t dst_pad,
+at::Tensor conv2d_pack_igemm(const at::Tensor& weight, int64_t groups, bool transposed, int64_t panel,
                              Conv2dAlloc alloc = nullptr);
 at::Tensor conv2d_pack_igemm_groups(const at::Tensor& weight, int64_t groups, bool transposed, int64_t g_pad,
                                     Conv2dAlloc alloc = nullptr);

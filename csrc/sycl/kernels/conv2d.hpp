@@ -45,11 +45,12 @@ struct conv2d_igemm_params {
   const T* bias;
   const T* res;  // forward epilogue (conv2d_relu): residual in dst's layout, or null
   T* dst;
-  int64_t N, Cs, Hs, Ws, sN, sC, sH, sW, Cd, Hd, Wd, Cd_pad, G, KH, KW, sh, sw, ph, pw, dh, dw;
+  int64_t N, Cs, Hs, Ws, sN, sC, sH, sW, Cd, Hd, Wd, panel, G, KH, KW, sh, sw, ph, pw, dh, dw;
   int32_t transposed;
   int64_t tiles_per_group;
   int32_t pixel_major;
-  int32_t relu;  // forward epilogue: 1 = ReLU after bias and residual
+  int32_t relu;    // forward epilogue: 1 = ReLU after bias and residual
+  int64_t kblock;  // reduction steps per K block (0: the whole reduction in one block)
 };
 // The register file a wide tile is sized for: R*Q accumulators + Q weight vectors + 1 broadcast per lane
 // vector (6x4: 29 of AVX-512's 32 zmm; 6x2: 15 of AVX2's 16 ymm). The narrow 8x1 tile fits either.
@@ -169,6 +170,37 @@ struct conv2d_reduce_splits {
   static void run(item_arg<1> ia, const params<T>& p);
 };
 
+// Weight packing, on the device (the per-call packing of conv2d / conv2d_relu / grad_input, and
+// pack_conv2d_weight): the layouts the GEMMs above read.
+template <typename T>
+struct conv2d_pack_params {
+  const T* w;  // [O, C/G, KH, KW], element strides (wO, wC, wH, wW): any layout
+  T* wpk;
+  int64_t G, Opg, Cpg, KH, KW, wO, wC, wH, wW;
+  int64_t pad;         // panels: the panel width; lanes over groups: G padded
+  int64_t src_block;   // panels: source channels per work-group
+  int32_t transposed;  // 1: the grad_input GEMM's operand (destination channels = C/G, source = O/G)
+};
+template <int S>
+struct conv2d_pack_panels {
+  static constexpr int dims = 1;
+  static constexpr int sub_group = S;
+  static constexpr bool lane_variant = true;  // built for the one width the host launches
+  using types = lane_types<S>;
+  template <typename T>
+  using params = conv2d_pack_params<T>;
+  template <typename T>
+  static void run(item_arg<1> ia, const params<T>& p);
+};
+struct conv2d_pack_groups {
+  static constexpr int dims = 1;
+  using types = float_types;
+  template <typename T>
+  using params = conv2d_pack_params<T>;
+  template <typename T>
+  static void run(item_arg<1> ia, const params<T>& p);
+};
+
 // ------------------------------------------------------------------ shared by the destination-pixel GEMMs
 // The R destination pixels m0 .. m0+R-1 of a tile as (image, row, column), uniform across the sub-group:
 // one division, then stepping along the rows. Pixels past M repeat the last one (computed, not stored).
@@ -222,13 +254,21 @@ inline int64_t dst_offset(int64_t m, int64_t n, int64_t ch, int64_t y, int64_t x
 // S sub-group size; R pixels and Q channel vectors per work-group (see above).
 // src: [N, Cs, Hs, Ws] with element strides (sN, sC, sH, sW), any layout.
 // transposed = 0: forward (src = input); 1: grad_input (src = grad_output).
-// wpk: packed weight [G, KH, KW, Cs/G, Cd_pad] (Cd_pad = Cd/G rounded up to S*Q, zero padded),
+// wpk: packed weight in panels [G, ceil(Cd/G / panel), KH, KW, Cs/G, panel]: the destination channels of a
+//      group cut into panels of `panel` channels (a multiple of S*Q; the last zero padded), each panel
+//      holding its whole reduction (kh, kw, i) as rows of `panel` channels, so that a tile's weights are one
+//      contiguous stream (panel = S*Q) or every panel/(S*Q)-th part of one (a wider prepacked panel).
 //      FOLLOWED BY at least one zero element: taps that fall outside the source read that
 //      zero with channel stride 0, so the inner loop has no branch and no 0*Inf.
 // bias: [Cd] or null (forward only). dst: [N, Cd, Hd, Wd] in the DST_CL/NCHW memory format.
 // Epilogue (forward only): v = acc + bias [+ res at dst's offset] [then ReLU, NaN kept], formed in A,
 // rounded once when stored. res is null or laid out exactly as dst.
 // tiles_per_group: consecutive R-pixel tiles each work-group computes.
+// kblock: K blocking (float and double only: their partial sums are exact in dst). The reduction
+// (kh, kw, i), in that order, is cut into blocks of kblock steps; the work-group runs each block over all
+// its pixel tiles (so the block's weights, kblock * S*Q values, are read from cache by every tile), keeping
+// the partial sums in dst between blocks. The order of the products is unchanged: results are bit-identical
+// to kblock = 0 (one block).
 // pixel_major: 0 = consecutive work-groups take consecutive channel tiles of the same pixels (the
 // source rows they all read stay in cache: layers with more activations than weights); 1 = consecutive
 // work-groups take consecutive pixel blocks of the same channel tile (its weight slice stays in cache:
@@ -256,7 +296,8 @@ void conv2d_igemm<DST_CL, S, R, Q>::run(item_arg<1> ia, const params<T>& p) {
   const auto Cd = p.Cd;
   const auto Hd = p.Hd;
   const auto Wd = p.Wd;
-  const auto Cd_pad = p.Cd_pad;
+  const auto panel = p.panel;
+  const auto kblock = p.kblock;
   const auto G = p.G;
   const auto KH = p.KH;
   const auto KW = p.KW;
@@ -289,24 +330,43 @@ void conv2d_igemm<DST_CL, S, R, Q>::run(item_arg<1> ia, const params<T>& p) {
     g = tile % G;
     pblock = tile / G;
   }
-  const T* zero = wpk + G * KH * KW * Csg * Cd_pad;
-  // Consecutive pixel tiles per work-group (amortises the per-work-group cost of short
-  // reductions such as 1x1 and depthwise layers).
-  for (int64_t pt = 0; pt < tiles_per_group; ++pt) {
-    const int64_t m0 = (pblock * tiles_per_group + pt) * R;
-    if (m0 >= M) break;
+  // This tile's columns of its weight panel: channels c0 .. c0 + S*Q - 1 of group g.
+  const int64_t K = KH * KW * Csg;  // reduction steps, in the order (kh, kw, i)
+  const int64_t npanels = (Cdg + panel - 1) / panel;
+  const int64_t c0 = ct * (S * Q);
+  const T* wg = wpk + (g * npanels + c0 / panel) * K * panel + c0 % panel + lane;
+  const T* zero = wpk + G * npanels * K * panel;
+  // K blocks (element types accumulated in themselves only: the partial sums wait in dst, exactly).
+  const int64_t kb = std::is_same_v<T, A> && kblock > 0 && kblock < K ? kblock : K;
+  for (int64_t k0 = 0; k0 < K; k0 += kb) {
+    const int64_t k1 = k0 + kb < K ? k0 + kb : K;
+    // Consecutive pixel tiles per work-group (amortises the per-work-group cost of short
+    // reductions such as 1x1 and depthwise layers; with K blocks, reuses the block's weights from cache).
+    for (int64_t pt = 0; pt < tiles_per_group; ++pt) {
+      const int64_t m0 = (pblock * tiles_per_group + pt) * R;
+      if (m0 >= M) break;
 
-    int64_t pn[R], py[R], px[R];
-    tile_pixels<R>(m0, M, Hd, Wd, pn, py, px);
+      int64_t pn[R], py[R], px[R];
+      tile_pixels<R>(m0, M, Hd, Wd, pn, py, px);
 
-    A acc[R][Q];
-    XK_UNROLL
-    for (int r = 0; r < R; ++r) XK_UNROLL
-    for (int q = 0; q < Q; ++q) acc[r][q] = A(0);
+      A acc[R][Q];
+      XK_UNROLL
+      for (int q = 0; q < Q; ++q) {
+        const int64_t ch = g * Cdg + c0 + q * S + lane;
+        const bool cin = c0 + q * S + lane < Cdg;
+        XK_UNROLL
+        for (int r = 0; r < R; ++r) {
+          // Later K blocks resume from the partial sum the previous block stored.
+          acc[r][q] = k0 > 0 && cin && m0 + r < M
+                          ? load<T>(dst, dst_offset<DST_CL>(m0 + r, pn[r], ch, py[r], px[r], Cd, HWd, Wd))
+                          : A(0);
+        }
+      }
 
-    const T* wg = wpk + g * KH * KW * Csg * Cd_pad + ct * (S * Q) + lane;
-    for (int64_t kh = 0; kh < KH; ++kh) {
-      for (int64_t kw = 0; kw < KW; ++kw) {
+      for (int64_t t = k0 / Csg; t * Csg < k1; ++t) {
+        const int64_t kh = t / KW, kw = t - kh * KW;
+        const int64_t i0 = k0 > t * Csg ? k0 - t * Csg : 0;
+        const int64_t i1 = k1 - t * Csg < Csg ? k1 - t * Csg : Csg;
         // Source channels of each destination pixel at this tap: (pointer, channel stride sC),
         // or (zero, stride 0) when the tap falls outside the source.
         const T* sp[R];
@@ -323,11 +383,11 @@ void conv2d_igemm<DST_CL, S, R, Q>::run(item_arg<1> ia, const params<T>& p) {
           cs[r] = valid ? sC : 0;
           skip[r] = transposed && !valid;
         }
-        const T* wk = wg + (kh * KW + kw) * Csg * Cd_pad;
-        for (int64_t i = 0; i < Csg; ++i) {
+        const T* wk = wg + t * Csg * panel;
+        for (int64_t i = i0; i < i1; ++i) {
           A w[Q];
           XK_UNROLL
-          for (int q = 0; q < Q; ++q) w[q] = load<T>(wk, i * Cd_pad + q * S);
+          for (int q = 0; q < Q; ++q) w[q] = load<T>(wk, i * panel + q * S);
           XK_UNROLL
           for (int r = 0; r < R; ++r) {
             if (skip[r]) continue;  // uniform across the sub-group: no divergence
@@ -337,23 +397,28 @@ void conv2d_igemm<DST_CL, S, R, Q>::run(item_arg<1> ia, const params<T>& p) {
           }
         }
       }
-    }
 
-    // Epilogue: bias, convert, store the valid pixels and channels.
-    XK_UNROLL
-    for (int q = 0; q < Q; ++q) {
-      const int64_t j = ct * (S * Q) + q * S + lane;
-      if (j < Cdg) {
-        const int64_t ch = g * Cdg + j;
-        const A b = bias != nullptr ? load<T>(bias, ch) : A(0);
-        XK_UNROLL
-        for (int r = 0; r < R; ++r) {
-          if (m0 + r < M) {
-            const int64_t o = dst_offset<DST_CL>(m0 + r, pn[r], ch, py[r], px[r], Cd, HWd, Wd);
-            A v = acc[r][q] + b;
-            if (res != nullptr) v += load<T>(res, o);
-            if (relu) v = v < A(0) ? A(0) : v;  // NaN propagates, as torch.relu
-            store<T>(dst, o, v);
+      // Epilogue: bias, convert, store the valid pixels and channels (before the last K block: the
+      // partial sums as they are).
+      const bool last = k1 == K;
+      XK_UNROLL
+      for (int q = 0; q < Q; ++q) {
+        const int64_t j = c0 + q * S + lane;
+        if (j < Cdg) {
+          const int64_t ch = g * Cdg + j;
+          const A b = last && bias != nullptr ? load<T>(bias, ch) : A(0);
+          XK_UNROLL
+          for (int r = 0; r < R; ++r) {
+            if (m0 + r < M) {
+              const int64_t o = dst_offset<DST_CL>(m0 + r, pn[r], ch, py[r], px[r], Cd, HWd, Wd);
+              A v = acc[r][q];
+              if (last) {
+                v = v + b;
+                if (res != nullptr) v += load<T>(res, o);
+                if (relu) v = v < A(0) ? A(0) : v;  // NaN propagates, as torch.relu
+              }
+              store<T>(dst, o, v);
+            }
           }
         }
       }
@@ -797,6 +862,107 @@ void conv2d_reduce_splits::run(item_arg<1> ia, const params<T>& p) {
   store<T>(dst, e, sum);
 }
 
+// ------------------------------------------------------------------ weight packing
+// Panels (conv2d_igemm's operand): wpk[g, panel, kh, kw, s, jj] = weight element of destination channel
+// j = panel * pad + jj and source channel s of group g at tap (kh, kw) (zero for j past the group's
+// destination channels), then one zero element. Forward: destination = output channel, source = input
+// channel; transposed: the reverse. Lanes run over the destination channels (the stores are vectors), each
+// lane reads its weight rows in memory order (source channel, kh, kw: contiguous for a contiguous weight).
+// A work-group covers one whole panel (pad / S vectors, so that no two work-groups write parts of one cache
+// line) x src_block source channels. Elements are copied as they are (bits kept, NaN payloads too).
+// Launch: nd_range<1>, local size S, global size S * ceil(dst/pad) * G * ceil(src / src_block).
+template <int S>
+template <typename T>
+void conv2d_pack_panels<S>::run(item_arg<1> ia, const params<T>& p) {
+  const auto w = p.w;
+  const auto wpk = p.wpk;
+  const auto G = p.G;
+  const auto Opg = p.Opg;
+  const auto Cpg = p.Cpg;
+  const auto KH = p.KH;
+  const auto KW = p.KW;
+  const auto wO = p.wO;
+  const auto wC = p.wC;
+  const auto wH = p.wH;
+  const auto wW = p.wW;
+  const auto panel = p.pad;
+  const auto src_block = p.src_block;
+  const auto transposed = p.transposed;
+  const auto it = item(ia);
+  const int64_t lane = static_cast<int64_t>(it.get_local_id(0));
+  int64_t tile = static_cast<int64_t>(it.get_group(0));
+  const int64_t dst_ch = transposed ? Cpg : Opg, src_ch = transposed ? Opg : Cpg, taps = KH * KW;
+  const int64_t npanels = (dst_ch + panel - 1) / panel;
+  const int64_t pidx = tile % npanels;
+  tile /= npanels;
+  const int64_t g = tile % G;
+  const int64_t sb = tile / G;
+  // Element strides of the destination and source channel in the weight.
+  const int64_t dst_stride = transposed ? wC : wO, src_stride = transposed ? wO : wC;
+  const T* group_w = w + g * Opg * wO;
+  T* out = wpk + (g * npanels + pidx) * taps * src_ch * panel + lane;
+  const int64_t s0 = sb * src_block;
+  const int64_t s1 = s0 + src_block < src_ch ? s0 + src_block : src_ch;
+  for (int64_t v = 0; v < panel / S; ++v) {
+    const int64_t j0 = pidx * panel + v * S, j = j0 + lane;
+    T* vout = out + v * S;
+    if (j0 + S <= dst_ch) {
+      // Every lane in range (uniform): plain loads and stores. A per-lane condition here made the CPU
+      // compiler mask the stores (vmaskmovps, microcoded on AMD CPUs: the packing ran 10x slower).
+      const T* lane_w = group_w + j * dst_stride;
+      for (int64_t s = s0; s < s1; ++s) {
+        for (int64_t kh = 0; kh < KH; ++kh) {
+          for (int64_t kw = 0; kw < KW; ++kw)
+            vout[((kh * KW + kw) * src_ch + s) * panel] = lane_w[s * src_stride + kh * wH + kw * wW];
+        }
+      }
+    } else {
+      const bool in = j < dst_ch;
+      const T* lane_w = group_w + (in ? j : 0) * dst_stride;  // lanes past the channels read channel 0, store 0
+      for (int64_t s = s0; s < s1; ++s) {
+        for (int64_t kh = 0; kh < KH; ++kh) {
+          for (int64_t kw = 0; kw < KW; ++kw) {
+            const T e = lane_w[s * src_stride + kh * wH + kw * wW];
+            vout[((kh * KW + kw) * src_ch + s) * panel] = in ? e : T{};
+          }
+        }
+      }
+    }
+  }
+  if (static_cast<int64_t>(it.get_group(0)) == 0 && lane == 0) wpk[G * npanels * taps * src_ch * panel] = T{};
+}
+
+// Lanes over groups (conv2d_igemm_groups' operand): wpk[kh, kw, s, d, g] (g padded to pad) = the weight
+// element of destination channel d and source channel s of group g at tap (kh, kw), zero for g >= G. One
+// work-item per packed element (these weights are small: depthwise-like layers).
+// Launch: nd_range<1>, any local size, global size >= KH * KW * src * dst * pad.
+template <typename T>
+void conv2d_pack_groups::run(item_arg<1> ia, const params<T>& p) {
+  const auto w = p.w;
+  const auto wpk = p.wpk;
+  const auto G = p.G;
+  const auto Opg = p.Opg;
+  const auto Cpg = p.Cpg;
+  const auto KH = p.KH;
+  const auto KW = p.KW;
+  const auto G_pad = p.pad;
+  const auto transposed = p.transposed;
+  const auto it = item(ia);
+  const int64_t dst_ch = transposed ? Cpg : Opg, src_ch = transposed ? Opg : Cpg;
+  const int64_t e = static_cast<int64_t>(it.get_global_id(0));
+  if (e >= KH * KW * src_ch * dst_ch * G_pad) return;
+  int64_t rest = e;
+  const int64_t g = rest % G_pad;
+  rest /= G_pad;
+  const int64_t d = rest % dst_ch;
+  rest /= dst_ch;
+  const int64_t s = rest % src_ch;
+  const int64_t t = rest / src_ch;
+  const int64_t kh = t / KW, kw = t - kh * KW;
+  const int64_t o = transposed ? s : d, c = transposed ? d : s;
+  wpk[e] = g < G ? w[(g * Opg + o) * p.wO + c * p.wC + kh * p.wH + kw * p.wW] : T{};
+}
+
 // ------------------------------------------------------------------ the op's kernels (variants the host launches)
 // Lane widths S: 16 (float, half, bfloat16) and 8 (double) fill one 512-bit vector on the CPU device, 8 floats
 // one 256-bit vector on AVX2 CPUs; 32 is the width of devices without those sub-group sizes (NVIDIA warps).
@@ -807,13 +973,13 @@ using conv2d_lane_base =
     kernel_list<conv2d_igemm<true, S, 6, 4>, conv2d_igemm<false, S, 6, 4>, conv2d_igemm<true, S, 8, 1>,
                 conv2d_igemm<false, S, 8, 1>, conv2d_igemm_groups<true, S, 8>, conv2d_igemm_groups<false, S, 8>,
                 conv2d_grad_weight<S, 6, 4>, conv2d_grad_weight<S, 8, 1>, conv2d_grad_weight_groups<S, 9>,
-                conv2d_grad_bias<S>>;
+                conv2d_grad_bias<S>, conv2d_pack_panels<S>>;
 using conv2d_avx2_tiles =
     kernel_list<conv2d_igemm<true, 8, 6, 2>, conv2d_igemm<false, 8, 6, 2>, conv2d_grad_weight<8, 6, 2>>;
 template <int S>
 using conv2d_lane_kernels =
     std::conditional_t<S == 8, concat_t<conv2d_lane_base<S>, conv2d_avx2_tiles>, conv2d_lane_base<S>>;
 using conv2d_kernels = concat_t<conv2d_lane_kernels<16>, conv2d_lane_kernels<8>, conv2d_lane_kernels<32>,
-                                kernel_list<conv2d_reduce_splits>>;
+                                kernel_list<conv2d_reduce_splits, conv2d_pack_groups>>;
 
 }  // namespace xk
