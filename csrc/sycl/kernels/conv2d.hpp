@@ -618,30 +618,45 @@ void conv2d_grad_weight<S, R, Q>::run(item_arg<1> ia, const params<T>& p) {
   for (int r = 0; r < R; ++r) XK_UNROLL
   for (int q = 0; q < Q; ++q) acc[r][q] = A(0);
 
-  // Walk the split's pixels row by row: (n, oy) rows, the valid column range of each.
-  for (int64_t row = mb / OW; row * OW < me; ++row) {
-    const int64_t n = row / OH, oy = row - n * OH;
-    const int64_t iy = oy * sh - ph + kh * dh;
-    if (iy < 0 || iy >= H) continue;
-    const int64_t rb = row * OW;
-    const int64_t lo0 = mb - rb > ox_lo ? mb - rb : ox_lo;
-    const int64_t hi0 = me - rb < ox_hi ? me - rb : ox_hi;
-    if (lo0 >= hi0) continue;
-    const T* gp = go + (rb + lo0) * O + g * Opg + o0;
-    const T* xp = x + n * sN + iy * sH + (lo0 * sw + bx) * sW + (g * Cpg + c0) * sC;
-    const int64_t xstep = sw * sW;
-    for (int64_t ox = lo0; ox < hi0; ++ox, gp += O, xp += xstep) {
-      A gv[Q];
-      XK_UNROLL
-      for (int q = 0; q < Q; ++q) gv[q] = oin[q] ? load<T>(gp, q * S) : A(0);
-      XK_UNROLL
-      for (int r = 0; r < R; ++r) {
-        const A a = load<T>(xp, xoff[r]);
+  // Walk the split's pixels row by row: (n, oy) rows, the valid column range of each. Tiles whose output
+  // channels all exist (every tile but a group's last, when Opg is not a multiple of S*Q: a uniform
+  // condition) load grad_output unmasked; a per-lane mask in the loop made the CPU compiler rebuild the
+  // mask and spill accumulators at every pixel.
+  auto walk = [&](auto masked_tag) {
+    constexpr bool MASKED = decltype(masked_tag)::value;
+    for (int64_t row = mb / OW; row * OW < me; ++row) {
+      const int64_t n = row / OH, oy = row - n * OH;
+      const int64_t iy = oy * sh - ph + kh * dh;
+      if (iy < 0 || iy >= H) continue;
+      const int64_t rb = row * OW;
+      const int64_t lo0 = mb - rb > ox_lo ? mb - rb : ox_lo;
+      const int64_t hi0 = me - rb < ox_hi ? me - rb : ox_hi;
+      if (lo0 >= hi0) continue;
+      const T* gp = go + (rb + lo0) * O + g * Opg + o0;
+      const T* xp = x + n * sN + iy * sH + (lo0 * sw + bx) * sW + (g * Cpg + c0) * sC;
+      const int64_t xstep = sw * sW;
+      for (int64_t ox = lo0; ox < hi0; ++ox, gp += O, xp += xstep) {
+        A gv[Q];
         XK_UNROLL
-        for (int q = 0; q < Q; ++q) acc[r][q] = sycl::fma(gv[q], a, acc[r][q]);
+        for (int q = 0; q < Q; ++q) {
+          if constexpr (MASKED)
+            gv[q] = oin[q] ? load<T>(gp, q * S) : A(0);
+          else
+            gv[q] = load<T>(gp, q * S);
+        }
+        XK_UNROLL
+        for (int r = 0; r < R; ++r) {
+          const A a = load<T>(xp, xoff[r]);
+          XK_UNROLL
+          for (int q = 0; q < Q; ++q) acc[r][q] = sycl::fma(gv[q], a, acc[r][q]);
+        }
       }
     }
-  }
+  };
+  if (ot * (S * Q) + S * Q <= Opg)
+    walk(std::false_type{});
+  else
+    walk(std::true_type{});
 
   A* pp = part + ((((s * G + g) * KH + kh) * KW + kw) * Cpg + c0) * Opg_pad + o0;
   XK_UNROLL
