@@ -223,43 +223,26 @@ Conv2dPackLayout conv2d_pack_layout(at::IntArrayRef weight_shape, int64_t groups
   return l;
 }
 
-static at::Tensor zeros_with(Conv2dAlloc alloc, at::IntArrayRef sizes, const at::TensorOptions& opts) {
-  return (alloc != nullptr ? alloc(sizes, opts) : at::empty(sizes, opts)).zero_();
-}
-
-at::Tensor conv2d_pack_igemm(const at::Tensor& weight, int64_t groups, bool transposed, int64_t panel,
-                             Conv2dAlloc alloc) {
-  const int64_t G = groups, Opg = weight.size(0) / G, Cpg = weight.size(1), KH = weight.size(2), KW = weight.size(3);
-  const int64_t src_ch = transposed ? Opg : Cpg, dst_ch = transposed ? Cpg : Opg;
-  const int64_t npanels = ceil_div(dst_ch, panel);
-  // [G, dst_ch, src_ch, KH, KW] -> [G, KH, KW, src_ch, dst_ch], then the destination channels cut into panels.
-  const at::Tensor w5 = weight.reshape({G, Opg, Cpg, KH, KW});
-  const at::Tensor src = transposed ? w5.permute({0, 3, 4, 1, 2}) : w5.permute({0, 3, 4, 2, 1});
-  const int64_t body = G * npanels * KH * KW * src_ch * panel;
-  at::Tensor packed = zeros_with(alloc, {body + 1}, weight.options());
-  const at::Tensor panels = packed.narrow(0, 0, body).view({G, npanels, KH, KW, src_ch, panel});
-  for (int64_t pi = 0; pi < npanels; ++pi) {
-    const int64_t width = std::min(panel, dst_ch - pi * panel);
-    panels.select(1, pi).narrow(4, 0, width).copy_(src.narrow(4, pi * panel, width));
-  }
-  return packed;
-}
-
-at::Tensor conv2d_pack_igemm_groups(const at::Tensor& weight, int64_t groups, bool transposed, int64_t g_pad,
-                                    Conv2dAlloc alloc) {
-  const int64_t G = groups, Opg = weight.size(0) / G, Cpg = weight.size(1), KH = weight.size(2), KW = weight.size(3);
-  const at::Tensor w5 = weight.reshape({G, Opg, Cpg, KH, KW});
-  const at::Tensor src = transposed ? w5.permute({3, 4, 1, 2, 0}) : w5.permute({3, 4, 2, 1, 0});
-  const int64_t src_ch = transposed ? Opg : Cpg, dst_ch = transposed ? Cpg : Opg;
-  at::Tensor packed = zeros_with(alloc, {KH, KW, src_ch, dst_ch, g_pad}, weight.options());
-  packed.narrow(4, 0, G).copy_(src);
-  return packed;
-}
-
 at::Tensor conv2d_pack(const at::Tensor& weight, int64_t groups) {
   const Conv2dPackLayout l = conv2d_pack_layout(weight.sizes(), groups, weight.scalar_type());
-  return l.group_lanes ? conv2d_pack_igemm_groups(weight, groups, false, l.pad).view({-1})
-                       : conv2d_pack_igemm(weight, groups, false, l.pad);
+  const int64_t G = groups, Opg = weight.size(0) / G, Cpg = weight.size(1), KH = weight.size(2), KW = weight.size(3);
+  const at::Tensor w5 = weight.reshape({G, Opg, Cpg, KH, KW});
+  if (l.group_lanes) {  // [G, Opg, Cpg, KH, KW] -> [KH, KW, Cpg, Opg, G_pad]
+    at::Tensor packed = at::zeros({KH, KW, Cpg, Opg, l.pad}, weight.options());
+    packed.narrow(4, 0, G).copy_(w5.permute({3, 4, 2, 1, 0}));
+    return packed.view({-1});
+  }
+  // [G, Opg, Cpg, KH, KW] -> [G, KH, KW, Cpg, Opg], the output channels cut into panels of P: [G, npanels, KH, KW,
+  // Cpg, P] (+ 1 zero).
+  const at::Tensor src = w5.permute({0, 3, 4, 2, 1});
+  const int64_t P = l.pad, npanels = ceil_div(Opg, P);
+  at::Tensor packed = at::zeros({l.numel}, weight.options());
+  const at::Tensor panels = packed.narrow(0, 0, l.numel - 1).view({G, npanels, KH, KW, Cpg, P});
+  for (int64_t pi = 0; pi < npanels; ++pi) {
+    const int64_t width = std::min(P, Opg - pi * P);
+    panels.select(1, pi).narrow(4, 0, width).copy_(src.narrow(4, pi * P, width));
+  }
+  return packed;
 }
 
 at::Tensor conv2d_unpack(const at::Tensor& packed, at::IntArrayRef weight_shape, int64_t groups) {

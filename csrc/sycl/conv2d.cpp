@@ -291,8 +291,10 @@ void run_destination_gemm(Launcher& L, const Conv2dProblem& p, const at::Tensor&
   }
   const int64_t steps = (Cs / G) * p.KH * p.KW;  // reduction steps per tile
   Conv2dTiling tiling = choose_tiling(L.traits(), steps, pixel_tiles, other);
-  if (groups) tiling.kblock = 0;               // conv2d_igemm_groups has no K blocks
-  if (!groups) apply_tiling_override(tiling);  // may throw: before anything is launched
+  if (groups)
+    tiling.kblock = 0;  // conv2d_igemm_groups has no K blocks
+  else
+    apply_tiling_override(tiling);  // may throw: before anything is launched
   const int64_t per_group = tiling.tiles_per_group;
   const int64_t tiles = ceil_div(pixel_tiles, per_group) * other;
   // Work-group order (see conv2d_igemm): keep the weight slice in cache when the weights outweigh the

@@ -86,16 +86,9 @@ struct Conv2dPackLayout {
   int64_t lanes = 0, pad = 0, numel = 0;  // pad: the panel width P (lanes over channels) or G padded
 };
 Conv2dPackLayout conv2d_pack_layout(at::IntArrayRef weight_shape, int64_t groups, at::ScalarType dtype);
-// The kernels' weight operands in torch ops (the reference backend's pack_conv2d_weight; the SYCL backends
-// pack with kernels), forward (transposed = false) or grad_input (true: the roles of C/G and O/G swapped):
-// [G, ceil(dst_ch / panel), KH, KW, src_ch, panel] + 1 zero, and [KH, KW, src_ch, dst_ch, g_pad].
-// `alloc` (optional) allocates the result (a backend's caching allocator), else at::empty.
-using Conv2dAlloc = at::Tensor (*)(at::IntArrayRef sizes, const at::TensorOptions& opts);
-at::Tensor conv2d_pack_igemm(const at::Tensor& weight, int64_t groups, bool transposed, int64_t panel,
-                             Conv2dAlloc alloc = nullptr);
-at::Tensor conv2d_pack_igemm_groups(const at::Tensor& weight, int64_t groups, bool transposed, int64_t g_pad,
-                                    Conv2dAlloc alloc = nullptr);
-at::Tensor conv2d_pack(const at::Tensor& weight, int64_t groups);  // the forward layout above, flat
+// The packed layout above made with torch ops (the reference backend's pack_conv2d_weight; the SYCL backends
+// pack with kernels, kernels/conv2d.hpp), flat; and its inverse.
+at::Tensor conv2d_pack(const at::Tensor& weight, int64_t groups);
 at::Tensor conv2d_unpack(const at::Tensor& packed, at::IntArrayRef weight_shape, int64_t groups);
 void check_pack_conv2d_weight(const at::Tensor& weight, int64_t groups);
 Conv2dProblem check_conv2d_packed(const at::Tensor& input, const at::Tensor& packed_weight,
