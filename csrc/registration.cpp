@@ -8,6 +8,7 @@
 #include <torch/library.h>
 
 #include "xkernels/shapes.h"
+#include "xkernels/torch_compat.h"
 
 namespace xkernels {
 namespace {
@@ -173,7 +174,7 @@ TORCH_LIBRARY(xkernels, m) {
   m.def(
       "layer_norm.out(Tensor input, SymInt[] normalized_shape, Tensor? weight=None, Tensor? bias=None, "
       "float eps=1e-05, *, Tensor(a!) out) -> Tensor(a!)",
-      {at::Tag::out});
+      {xkernels::compat::out_tag()});
   // layer_norm returning (output, mean, rstd); mean/rstd in the accumulation dtype, shaped for broadcasting.
   m.def(
       "layer_norm_forward(Tensor input, SymInt[] normalized_shape, Tensor? weight=None, Tensor? bias=None, "
