@@ -3,6 +3,7 @@
 
 #include <ATen/ATen.h>
 #include <ATen/MemoryOverlap.h>
+#include <ATen/native/ConvUtils.h>
 
 #include <algorithm>
 
@@ -147,11 +148,33 @@ static Conv2dProblem conv2d_problem_sizes(const char* op, const at::Tensor& inpu
                  input.sizes(), ", padding ", padding, ", dilation ", dilation);
   p.OH = (ph - eff_kh) / p.stride[0] + 1;
   p.OW = (pw - eff_kw) / p.stride[1] + 1;
-  // PyTorch's rule for CPU (mkldnn / slow2d) and CUDA (cuDNN): the output is channels_last
-  // when the input or the weight suggests channels_last.
+  // The suggestion rule (CPU's, and the packed path's, which has no weight tensor); conv2d_problem replaces
+  // it by ATen's rule for the tensors' device (conv2d_channels_last).
   p.channels_last =
       p.batched && (input.suggest_memory_format() == at::MemoryFormat::ChannelsLast || weight_channels_last);
   return p;
+}
+
+// The memory format of conv2d's output and of its input/weight gradients: PyTorch's own rule for these
+// tensors' device, dtype and sizes. aten::convolution picks a backend (at::native::select_conv_backend:
+// cuDNN, mkldnn, slow2d, depthwise, ...) and lays the output out as that backend prefers
+// (at::native::_determine_backend_memory_format, ATen/native/ConvUtils.h); on CUDA that is
+// cudnn_conv_suggest_memory_format (contiguous for float64, for instance), on CPU mkldnn's or slow2d's
+// "input or weight suggests channels_last". Both functions are called here, so the rule is ATen's exactly
+// (torch's fake tensors call the same pair; python/xkernels/ops.py _conv_memory_format mirrors this
+// function for xkernels' fakes). Sizes aten::convolution rejects (no output or input channels, an empty
+// kernel) keep the suggestion rule.
+static bool conv2d_channels_last(const at::Tensor& input, const at::Tensor& weight, const Conv2dProblem& p) {
+  if (!p.batched) return false;
+  const bool suggested = input.suggest_memory_format() == at::MemoryFormat::ChannelsLast ||
+                         weight.suggest_memory_format() == at::MemoryFormat::ChannelsLast;
+  if (p.O == 0 || p.C == 0 || p.KH == 0 || p.KW == 0) return suggested;
+  const std::vector<c10::SymInt> stride{p.stride[0], p.stride[1]}, padding{p.padding[0], p.padding[1]},
+      dilation{p.dilation[0], p.dilation[1]}, output_padding{0, 0};
+  const at::native::ConvBackend backend =
+      at::native::select_conv_backend(input, weight, std::nullopt, stride, padding, dilation, /*transposed=*/false,
+                                      output_padding, p.groups, std::nullopt);
+  return at::native::_determine_backend_memory_format(input, weight, backend) == at::MemoryFormat::ChannelsLast;
 }
 
 static Conv2dProblem conv2d_problem(const char* op, const at::Tensor& input, const at::Tensor& weight,
@@ -162,9 +185,11 @@ static Conv2dProblem conv2d_problem(const char* op, const at::Tensor& input, con
   check_dtype_supported(op, "input", input);
   check_same_dtype_device(op, "weight", weight, "input", input);
   check_dim(op, "weight", weight, 4);
-  return conv2d_problem_sizes(op, input, weight.sizes(), "weight",
-                              weight.suggest_memory_format() == at::MemoryFormat::ChannelsLast, stride, padding,
-                              dilation, groups);
+  Conv2dProblem p = conv2d_problem_sizes(op, input, weight.sizes(), "weight",
+                                         weight.suggest_memory_format() == at::MemoryFormat::ChannelsLast, stride,
+                                         padding, dilation, groups);
+  p.channels_last = conv2d_channels_last(input, weight, p);
+  return p;
 }
 
 static void check_conv2d_bias(const char* op, const at::Tensor& input, const std::optional<at::Tensor>& bias,

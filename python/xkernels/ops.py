@@ -324,12 +324,28 @@ def _conv_problem(input, weight, stride, padding, dilation, groups, op):
         OH > 0 and OW > 0,
         lambda: f"xkernels.{op}: argument 'weight': the dilated kernel size is larger than the padded input size",
     )
-    cl = batched and (
-        torch._prims_common.suggest_memory_format(input) == torch.channels_last
-        or torch._prims_common.suggest_memory_format(weight) == torch.channels_last
-    )
     out_shape = [input.shape[0], O, OH, OW] if batched else [O, OH, OW]
-    return out_shape, (torch.channels_last if cl else torch.contiguous_format)
+    return out_shape, _conv_memory_format(input, weight, stride, padding, dilation, groups)
+
+
+def _conv_memory_format(input, weight, stride, padding, dilation, groups) -> torch.memory_format:
+    """conv2d's output (and input/weight gradient) memory format: ATen's rule for these tensors' device and
+    dtype, as csrc/shapes.cpp conv2d_channels_last applies it in eager mode (the C++ is the definition; this
+    is its form for fake tensors, calling the same two ATen functions torch's own fake convolution calls)."""
+    if input.dim() != 4:
+        return torch.contiguous_format
+    O, _, KH, KW = weight.shape
+    if O == 0 or input.shape[1] == 0 or KH == 0 or KW == 0:  # sizes aten::convolution rejects
+        cl = torch.channels_last in (
+            torch._prims_common.suggest_memory_format(input),
+            torch._prims_common.suggest_memory_format(weight),
+        )
+        return torch.channels_last if cl else torch.contiguous_format
+    backend = torch._C._select_conv_backend(
+        input, weight, None, list(stride), list(padding), list(dilation), False, [0, 0], groups
+    )
+    fmt = torch._C._conv_determine_backend_memory_format(input, weight, backend)
+    return torch.channels_last if fmt == torch.channels_last else torch.contiguous_format
 
 
 @torch.library.register_fake("xkernels::conv2d")
