@@ -22,17 +22,21 @@ RTOL, ATOL = against_torch(torch.float32)
 
 def _small_resnet(seed=0):
     """A ResNet-style model (stem, two stages of two bottlenecks, projection shortcuts) for 32x32 inputs, with
-    calibrated (non-trivial) BatchNorm statistics and affine parameters."""
-    torch.manual_seed(seed)
-    model = models.ResNet(layers=(2, 2), widths=(4, 8), num_classes=10, stem_channels=8)
-    g = torch.Generator().manual_seed(seed + 1)
-    for m in model.modules():
-        if isinstance(m, nn.BatchNorm2d):
-            with torch.no_grad():
-                m.weight.uniform_(0.5, 1.5, generator=g)
-                m.bias.normal_(0, 0.2, generator=g)
-    models.calibrate_batchnorm(model, torch.randn(8, 3, 32, 32, generator=g))
-    return model, torch.randn(4, 3, 32, 32, generator=g)
+    calibrated (non-trivial) BatchNorm statistics and affine parameters. Made on the CPU (the same values
+    whatever the backend), then moved to torch's default device (the backend's, under the fixture)."""
+    device = torch.get_default_device()
+    with torch.device("cpu"):
+        torch.manual_seed(seed)
+        model = models.ResNet(layers=(2, 2), widths=(4, 8), num_classes=10, stem_channels=8)
+        g = torch.Generator().manual_seed(seed + 1)
+        for m in model.modules():
+            if isinstance(m, nn.BatchNorm2d):
+                with torch.no_grad():
+                    m.weight.uniform_(0.5, 1.5, generator=g)
+                    m.bias.normal_(0, 0.2, generator=g)
+        models.calibrate_batchnorm(model, torch.randn(8, 3, 32, 32, generator=g))
+        x = torch.randn(4, 3, 32, 32, generator=g)
+    return model.to(device), x.to(device)
 
 
 def _n_bn(model):
@@ -115,13 +119,15 @@ def test_train_mode_keeps_batchnorm_and_updates_statistics_as_torch(backend):
     opt = xkernels.optimize(model)
     assert _n_bn(opt) == _n_bn(model)
     assert not any(isinstance(m, (xnn.FoldedConv2d, xnn.Conv2dEpilogue)) for m in opt.modules())
-    target = torch.randn(4, 10, generator=torch.Generator().manual_seed(3))
-    for m in (opt, twin):
-        sgd = torch.optim.SGD(m.parameters(), lr=0.05)
-        for _ in range(2):
-            sgd.zero_grad()
-            nn.functional.mse_loss(m(x), target).backward()
-            sgd.step()
+    target = torch.randn(4, 10, generator=torch.Generator().manual_seed(3), device="cpu").to(x.device)
+    # torch's float32 convolutions in float32 (on CUDA cuDNN would otherwise use TF32 by default).
+    with torch.backends.cudnn.flags(enabled=True, allow_tf32=False):
+        for m in (opt, twin):
+            sgd = torch.optim.SGD(m.parameters(), lr=0.05)
+            for _ in range(2):
+                sgd.zero_grad()
+                nn.functional.mse_loss(m(x), target).backward()
+                sgd.step()
     # The BatchNorm modules of the optimized model are the original's (shared): their running statistics
     # and the parameters were updated exactly as torch updates the twin's, within float32 rounding.
     for (n, b), tb in zip(opt.state_dict().items(), twin.state_dict().values()):
