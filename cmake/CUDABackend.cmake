@@ -104,6 +104,27 @@ if(XK_WITH_CUDA)
 endif()
 list(APPEND XK_SUMMARY "CUDA backend    : ${XK_WITH_CUDA} — ${_xk_cuda_reason}")
 
+# cuBLASLt (csrc/cuda/blaslt.cu: tensor-core GEMMs with fused bias/ReLU epilogues): the library torch's CUDA
+# build loads. Its header and library come from the CUDA toolkit or from the nvidia-* wheels torch depends on
+# (site-packages/nvidia/cu13 or nvidia/cublas); linked by its versioned name, the one torch has loaded. Without
+# it the native CUDA backend runs its own GEMM kernels (kernels/gemm.cuh) only.
+set(XK_WITH_CUBLASLT OFF)
+if(XK_WITH_CUDA)
+  find_package(CUDAToolkit REQUIRED)
+  get_filename_component(_xk_site "${Torch_DIR}/../../../.." ABSOLUTE)
+  find_path(XK_CUBLASLT_INCLUDE_DIR cublasLt.h HINTS ${CUDAToolkit_INCLUDE_DIRS} "${_xk_site}/nvidia/cu13/include"
+                                                     "${_xk_site}/nvidia/cublas/include")
+  find_library(XK_CUBLASLT_LIBRARY NAMES cublasLt libcublasLt.so.13 libcublasLt.so.12
+               HINTS "${CUDAToolkit_LIBRARY_DIR}" "${_xk_site}/nvidia/cu13/lib" "${_xk_site}/nvidia/cublas/lib")
+  if(XK_CUBLASLT_INCLUDE_DIR AND XK_CUBLASLT_LIBRARY)
+    set(XK_WITH_CUBLASLT ON)
+    set(_xk_lt_reason "${XK_CUBLASLT_LIBRARY}")
+  else()
+    set(_xk_lt_reason "cublasLt.h or libcublasLt not found (toolkit or site-packages/nvidia); own GEMM kernels only")
+  endif()
+  list(APPEND XK_SUMMARY "cuBLASLt        : ${XK_WITH_CUBLASLT} — ${_xk_lt_reason}")
+endif()
+
 # nvcc flags (FP policy and torch's extension conventions): one list shared with
 # scripts/check_cuda_compile.sh.
 file(STRINGS "${CMAKE_CURRENT_LIST_DIR}/cuda_nvcc_flags.txt" XK_CUDA_FLAGS REGEX "^[^#]")
@@ -115,8 +136,8 @@ function(xk_configure_cuda_target tgt)
   endif()
   target_compile_definitions(${tgt} PRIVATE XKERNELS_WITH_CUDA)
   target_include_directories(${tgt} PRIVATE "${CMAKE_CURRENT_SOURCE_DIR}/csrc/cuda")
-  # torch's headers need C++20 (torch builds with it), in device code as on the host.
-  set_target_properties(${tgt} PROPERTIES CUDA_ARCHITECTURES "${XK_CUDA_ARCHS}" CUDA_STANDARD 20
+  # The host C++ standard (CMakeLists.txt) in device code too.
+  set_target_properties(${tgt} PROPERTIES CUDA_ARCHITECTURES "${XK_CUDA_ARCHS}" CUDA_STANDARD ${CMAKE_CXX_STANDARD}
                                           CUDA_STANDARD_REQUIRED ON)
   # Host side of the .cu files: the same host FP flags and torch's ABI/defines as the C++ sources.
   set(_host "${XK_HOST_FP_FLAGS}")
@@ -130,4 +151,9 @@ function(xk_configure_cuda_target tgt)
   endforeach()
   find_package(CUDAToolkit REQUIRED)
   target_link_libraries(${tgt} PRIVATE CUDA::cudart)
+  if(XK_CUBLASLT_INCLUDE_DIR AND XK_CUBLASLT_LIBRARY)
+    target_compile_definitions(${tgt} PRIVATE XKERNELS_WITH_CUBLASLT)
+    target_include_directories(${tgt} PRIVATE "${XK_CUBLASLT_INCLUDE_DIR}")
+    target_link_libraries(${tgt} PRIVATE "${XK_CUBLASLT_LIBRARY}")
+  endif()
 endfunction()

@@ -18,6 +18,7 @@
 #include <climits>
 #include <type_traits>
 
+#include "kernels/elementwise.cuh"
 #include "kernels/gemm.cuh"
 #include "kernels/reduce.cuh"
 #include "xkernels/checks.h"
@@ -185,6 +186,15 @@ void run_column_sum(const char* op, int64_t R, int64_t C, const Load& load, cons
     k::column_sum_final_kernel<Acc><<<blocks, 256, 0, stream>>>(partial, chunks, C, epi);
     C10_CUDA_KERNEL_LAUNCH_CHECK();
   }
+}
+
+// out(m, n) = load.at(m, n) for a dense row-major [M, N] matrix (kernels/elementwise.cuh).
+template <typename T, class Load>
+void run_materialize(const Load& load, T* out, int64_t M, int64_t N, cudaStream_t stream) {
+  const int64_t total = M * N;
+  const unsigned blocks = static_cast<unsigned>(std::min<int64_t>(k::ceil_div(total, 256), 8 * sm_count()));
+  k::materialize_kernel<T><<<blocks, 256, 0, stream>>>(load, out, M, N);
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
 
 }  // namespace xkernels::cuda
