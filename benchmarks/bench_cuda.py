@@ -28,23 +28,27 @@ from benchmarks import cases as C
 from benchmarks.harness import append_csv, provenance, time_case
 from benchmarks.providers import all_providers
 
-LINEAR_MNK = [(4096, 4096, 4096), (8192, 4096, 1024), (64, 4096, 4096)]  # (M, N, K)
+LINEAR_MNK = [(4096, 4096, 4096), (64, 4096, 4096), (8192, 4096, 1024), (1, 4096, 4096), (1024, 4096, 4096)]
 # (C_in, C_out, H=W, kernel, stride, groups), batch 32
 CONV_LAYERS = [(64, 64, 56, 3, 1, 1), (256, 256, 14, 3, 1, 1), (128, 128, 56, 3, 1, 128), (3, 64, 224, 7, 2, 1)]
 LAYER_NORM_SHAPES = [(8192, 1024), (4096, 8192), (65536, 768)]
 
 
 def build_cases(quick: bool, dtypes: list[torch.dtype]) -> list:
-    """Case-major, dtype inner: a --max-seconds cut still leaves every op and dtype measured."""
+    """Shape-major across the ops (linear, layer_norm, conv2d, then each op's next shape), dtype inner: a
+    --max-seconds cut still leaves every op and dtype measured."""
     n = 2 if quick else None
     dev = "cuda"
     modes = ["fwd", "fwd+bwd"]
-    groups = [lambda dt, s=s: C.linear_cases(dt, modes, mnk=[s], device=dev) for s in LINEAR_MNK[:n]]
-    groups += [lambda dt, s=s: C.layer_norm_cases(dt, modes, shapes=[s], device=dev) for s in LAYER_NORM_SHAPES[:n]]
-    groups += [
-        lambda dt, layer=layer: C.conv_cases(dt, modes, batches=(32,), layers=[layer], device=dev)
-        for layer in CONV_LAYERS[:n]
+    per_op = [
+        [lambda dt, s=s: C.linear_cases(dt, modes, mnk=[s], device=dev) for s in LINEAR_MNK[:n]],
+        [lambda dt, s=s: C.layer_norm_cases(dt, modes, shapes=[s], device=dev) for s in LAYER_NORM_SHAPES[:n]],
+        [
+            lambda dt, layer=layer: C.conv_cases(dt, modes, batches=(32,), layers=[layer], device=dev)
+            for layer in CONV_LAYERS[:n]
+        ],
     ]
+    groups = [g for i in range(max(map(len, per_op))) for op_groups in per_op for g in op_groups[i : i + 1]]
     return [case for make in groups for dt in dtypes for case in make(dt)]
 
 
