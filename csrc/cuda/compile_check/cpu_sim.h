@@ -12,7 +12,9 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>  // dim3 / uint3 and CUDA's host-side macro definitions
 
+#include <atomic>
 #include <barrier>
+#include <cmath>  // the kernels call sqrt / fma / fmaf unqualified, as device code does
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
@@ -30,16 +32,26 @@
 #define XKERNELS_CUDA_CPU_SIM 1  // lets kernels/gemm.cuh compile its WMMA kernel body against the model below
 
 namespace xk_sim {
+// __syncthreads_or: the block barrier's completion step (run once per phase, after every thread
+// arrived and before any leaves) publishes the OR of the predicates of that phase and clears it.
+struct OrPhase {
+  void operator()() noexcept;
+};
+// The state of the block being run. It owns its barriers and shuffle cells (launch() re-creates
+// them per block), so nothing outlives what it points to.
 struct Block {
-  std::barrier<>* block = nullptr;
-  std::vector<std::unique_ptr<std::barrier<>>>* warps = nullptr;
-  std::vector<unsigned long long>* lanes = nullptr;  // one 8-byte cell per thread for shuffles
+  std::unique_ptr<std::barrier<OrPhase>> block;
+  std::vector<std::unique_ptr<std::barrier<>>> warps;
+  std::vector<unsigned long long> lanes;  // one 8-byte cell per thread for shuffles
+  std::atomic<int> or_pending{0};         // OR of the __syncthreads_or predicates of this phase
+  int or_result = 0;                      // ... of the phase just completed
 };
 inline thread_local uint3 thread_idx;
 inline thread_local uint3 block_idx;
 inline thread_local unsigned linear_tid;
 inline dim3 block_dim, grid_dim;
 inline Block current;
+inline void OrPhase::operator()() noexcept { current.or_result = current.or_pending.exchange(0); }
 
 template <class Kernel, class... Args>
 void launch(dim3 grid, dim3 block, Kernel kernel, Args... args) {
@@ -50,12 +62,14 @@ void launch(dim3 grid, dim3 block, Kernel kernel, Args... args) {
   for (unsigned bz = 0; bz < grid.z; ++bz)
     for (unsigned by = 0; by < grid.y; ++by)
       for (unsigned bx = 0; bx < grid.x; ++bx) {
-        std::barrier<> bar(n);
-        std::vector<std::unique_ptr<std::barrier<>>> warps;
-        for (unsigned w = 0; w < n / 32; ++w) warps.push_back(std::make_unique<std::barrier<>>(32));
-        std::vector<unsigned long long> lanes(n);
-        current = Block{&bar, &warps, &lanes};
+        current.block = std::make_unique<std::barrier<OrPhase>>(n);
+        current.warps.clear();
+        for (unsigned w = 0; w < n / 32; ++w) current.warps.push_back(std::make_unique<std::barrier<>>(32));
+        current.lanes.assign(n, 0);
+        current.or_pending = 0;
+        current.or_result = 0;
         std::vector<std::thread> threads;
+        threads.reserve(n);
         for (unsigned t = 0; t < n; ++t)
           threads.emplace_back([&, t] {
             thread_idx = uint3{t % block.x, (t / block.x) % block.y, t / (block.x * block.y)};
@@ -74,13 +88,18 @@ void launch(dim3 grid, dim3 block, Kernel kernel, Args... args) {
 #define gridDim (::xk_sim::grid_dim)
 
 inline void __syncthreads() { xk_sim::current.block->arrive_and_wait(); }
+inline int __syncthreads_or(int predicate) {
+  if (predicate != 0) xk_sim::current.or_pending.fetch_or(1);
+  xk_sim::current.block->arrive_and_wait();
+  return xk_sim::current.or_result;  // stable until this thread arrives at the block barrier again
+}
 inline void __trap() { std::abort(); }
 template <typename T>
 T __shfl_xor_sync(unsigned, T v, int offset) {
   static_assert(sizeof(T) <= 8, "shuffle of an 8-byte value at most");
   const unsigned t = xk_sim::linear_tid, warp = t / 32, lane = t % 32;
-  auto& cells = *xk_sim::current.lanes;
-  auto& bar = *(*xk_sim::current.warps)[warp];
+  auto& cells = xk_sim::current.lanes;
+  auto& bar = *xk_sim::current.warps[warp];
   std::memcpy(&cells[t], &v, sizeof(T));
   bar.arrive_and_wait();
   T r;

@@ -4,8 +4,7 @@
 // to __half / __nv_bfloat16, which have the same bit layout).
 //
 // Floating point: the build passes --fmad=false -prec-div=true -prec-sqrt=true -ftz=false,
-// so a*b+c is two roundings unless written as mul_add() (one rounding, fma), which the
-// GEMM inner products use deliberately (as cuBLAS / cuDNN do).
+// so a*b+c is two roundings: the product is rounded before it is added (mul_add below).
 #pragma once
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -43,9 +42,18 @@ struct Num<__nv_bfloat16> {
 template <typename T>
 using acc_t = typename Num<T>::acc;
 
-// One rounding: a*b + c (the only place the kernels fuse a multiply-add).
-__host__ __device__ __forceinline__ float mul_add(float a, float b, float c) { return fmaf(a, b, c); }
-__host__ __device__ __forceinline__ double mul_add(double a, double b, double c) { return fma(a, b, c); }
+// One term of the GEMM inner products: a*b + c with the product rounded first, as the reference
+// kernels (csrc/cpu) and PyTorch's CPU kernels compute it. Not fused on purpose: a product that
+// overflows must become +-Inf before it is added, so that terms overflowing to +Inf and -Inf give
+// NaN as in PyTorch; fma(a, b, +Inf) with a finite exact product -1e400 stays +Inf.
+__host__ __device__ __forceinline__ float mul_add(float a, float b, float c) {
+  const float p = a * b;
+  return p + c;
+}
+__host__ __device__ __forceinline__ double mul_add(double a, double b, double c) {
+  const double p = a * b;
+  return p + c;
+}
 
 // relu that keeps NaN (like torch.relu).
 template <typename Acc>

@@ -133,22 +133,31 @@ struct ConvWeightTA {
 };
 
 // B(g, k=(o,kh,kw), n=(b,ih,iw)) = grad_output[b, g*Og + o, oh, ow] where ih = oh*stride - pad + kh*dil
-// (and likewise for w) has an integral in-range solution oh, else 0.
+// (and likewise for w) has an integral in-range solution oh. Where it has none the term is absent
+// (kernels/gemm.cuh: skipped, not multiplied by 0): as in PyTorch (col2im) and the reference, a NaN /
+// Inf weight reaches only the grad_input positions its tap actually touches.
 template <typename T, bool CL>
 struct ConvGradOutputScatterB {
   const T* dy;
   Strides4 s;
   ConvGeometry p;
   static constexpr bool kContiguousK = CL;
-  __host__ __device__ acc_t<T> operator()(int64_t g, int64_t k, int64_t n) const {
+  static constexpr bool kAbsentTerms = true;
+  __host__ __device__ bool load(int64_t g, int64_t k, int64_t n, acc_t<T>& v) const {
     int64_t o, kh, kw, b, ih, iw;
     split_channel_tap<CL>(k, p.Og, p.KH, p.KW, o, kh, kw);
     split_spatial(n, p.H, p.W, b, ih, iw);
     const int64_t th = ih + p.pad_h - kh * p.dil_h, tw = iw + p.pad_w - kw * p.dil_w;
-    if (th < 0 || tw < 0 || th % p.stride_h != 0 || tw % p.stride_w != 0) return acc_t<T>(0);
+    if (th < 0 || tw < 0 || th % p.stride_h != 0 || tw % p.stride_w != 0) return false;
     const int64_t oh = th / p.stride_h, ow = tw / p.stride_w;
-    if (oh >= p.OH || ow >= p.OW) return acc_t<T>(0);
-    return Num<T>::to_acc(dy[b * s.n + (g * p.Og + o) * s.c + oh * s.h + ow * s.w]);
+    if (oh >= p.OH || ow >= p.OW) return false;
+    v = Num<T>::to_acc(dy[b * s.n + (g * p.Og + o) * s.c + oh * s.h + ow * s.w]);
+    return true;
+  }
+  // The element, 0 where the term is absent (sequential GEMMs, compile_check/kernels_cpu_test.cpp).
+  __host__ __device__ acc_t<T> operator()(int64_t g, int64_t k, int64_t n) const {
+    acc_t<T> v = acc_t<T>(0);
+    return load(g, k, n, v) ? v : acc_t<T>(0);
   }
 };
 

@@ -5,7 +5,7 @@
 //   grad_input   dx(m, k)   = sum_n g(m, n) * w(n, k)                   A = g,        B = w
 //   grad_weight  dw(n, k)   = sum_m g(m, n) * x(m, k)                   A = g^T,      B = x
 //   grad_bias    db(n)      = sum_m g(m, n)
-// with g = grad_output where out > 0 and 0 elsewhere (the ReLU mask, applied while loading).
+// with g = 0 where out <= 0, else grad_output (the ReLU mask, applied while loading).
 #pragma once
 #include "kernels/common.cuh"
 
@@ -36,8 +36,9 @@ struct RowMajorB {
   __host__ __device__ acc_t<T> operator()(int64_t, int64_t k, int64_t n) const { return Num<T>::to_acc(p[k * ld + n]); }
 };
 
-// The masked gradient g = (out > 0) ? grad_output : 0 of a row-major [M, N] pair.
-// Like aten's threshold_backward, a masked-out element is 0 even if grad_output is NaN.
+// The masked gradient g = (out <= 0) ? 0 : grad_output of a row-major [M, N] pair: torch.relu's
+// backward (aten's threshold_backward on the output), so a NaN output passes the gradient, and a
+// masked-out element is 0 even if grad_output is NaN.
 template <typename T>
 struct MaskedGrad {
   const T* dy;
@@ -45,7 +46,7 @@ struct MaskedGrad {
   int64_t ld;
   __host__ __device__ acc_t<T> at(int64_t m, int64_t n) const {
     const int64_t i = m * ld + n;
-    return Num<T>::to_acc(out[i]) > acc_t<T>(0) ? Num<T>::to_acc(dy[i]) : acc_t<T>(0);
+    return Num<T>::to_acc(out[i]) <= acc_t<T>(0) ? acc_t<T>(0) : Num<T>::to_acc(dy[i]);
   }
 };
 // A(m, j) = g(m, j): rows of g, reduction over the output features.

@@ -11,8 +11,14 @@
 //   struct Epi   { void operator()(int64_t g, int64_t m, int64_t n, acc v) const; };
 //
 // Loaders are only called in bounds (0 <= m < M, 0 <= k < K, 0 <= n < N); the cores pad
-// the tiles with zeros. kContiguousK says whether consecutive k are adjacent in memory,
-// which picks the thread->element mapping of the tile loads so global reads coalesce.
+// the tiles with zeros.
+//
+// Absent terms: a B loader may declare `static constexpr bool kAbsentTerms = true` and
+//   bool load(int64_t g, int64_t k, int64_t n, acc& v) const;  // false: term (k, n) does not exist
+// for sums whose terms depend on n (conv2d's grad_input: a tap that falls outside grad_output
+// has no term at all, as in PyTorch's col2im). An absent term is skipped, not multiplied by 0,
+// so a NaN / Inf in A there does not reach the result (0 * Inf would be NaN). kContiguousK says whether consecutive k
+// are adjacent in memory, which picks the thread->element mapping of the tile loads so global reads coalesce.
 //
 // Split-K: the K range may be cut into `splits` slices (grid y); each slice then writes its
 // partial tile to a workspace [splits, G, M, N] and gemm_splitk_reduce_kernel sums the
@@ -51,6 +57,26 @@ struct WmmaGemmTile {
   static constexpr int LDC = BN + 4;  // float staging of the accumulators: multiple of 4 for wmma
 };
 
+// Whether loader L declares absent terms (see the top of this file).
+template <class L>
+__host__ __device__ constexpr bool has_absent_terms() {
+  if constexpr (requires { L::kAbsentTerms; })
+    return L::kAbsentTerms;
+  else
+    return false;
+}
+
+// B(g, k, n) into v, and whether the term exists (always, for loaders without absent terms).
+template <class LoadB, typename Acc>
+__device__ __forceinline__ bool load_b_term(const LoadB& load_b, int64_t g, int64_t k, int64_t n, Acc& v) {
+  if constexpr (has_absent_terms<LoadB>()) {
+    return load_b.load(g, k, n, v);
+  } else {
+    v = load_b(g, k, n);
+    return true;
+  }
+}
+
 template <typename Acc, class LoadA, class LoadB, class Epi>
 __global__ void __launch_bounds__(SimtGemmTile::kThreads)
     gemm_simt_kernel(LoadA load_a, LoadB load_b, Epi epi, GemmShape s, Acc* splitk_ws) {
@@ -58,8 +84,10 @@ __global__ void __launch_bounds__(SimtGemmTile::kThreads)
   constexpr int BM = Tile::BM, BN = Tile::BN, BK = Tile::BK;
   constexpr int RS = BM / Tile::TM;  // row stride between a thread's accumulators (16)
   constexpr int CS = BN / Tile::TN;
+  constexpr bool kAbsent = has_absent_terms<LoadB>();
   __shared__ Acc As[BK][BM + Tile::kPad];
   __shared__ Acc Bs[BK][BN + Tile::kPad];
+  __shared__ bool Bp[kAbsent ? BK : 1][kAbsent ? BN + Tile::kPad : 1];  // term present (absent-term loaders)
 
   const int tid = threadIdx.x;
   const int tx = tid % CS, ty = tid / CS;
@@ -87,7 +115,10 @@ __global__ void __launch_bounds__(SimtGemmTile::kThreads)
         const int c = LoadB::kContiguousK ? e / BK : e % BN;
         const int kk = LoadB::kContiguousK ? e % BK : e / BN;
         const int64_t n = n0 + c, k = k0 + kk;
-        Bs[kk][c] = (n < s.N && k < k_end) ? load_b(g, k, n) : Acc(0);
+        Acc v = Acc(0);
+        const bool present = n < s.N && k < k_end && load_b_term(load_b, g, k, n, v);
+        Bs[kk][c] = present ? v : Acc(0);
+        if constexpr (kAbsent) Bp[kk][c] = present;
       }
       __syncthreads();
 #pragma unroll
@@ -97,10 +128,21 @@ __global__ void __launch_bounds__(SimtGemmTile::kThreads)
         for (int i = 0; i < Tile::TM; ++i) a[i] = As[kk][ty + i * RS];
 #pragma unroll
         for (int j = 0; j < Tile::TN; ++j) b[j] = Bs[kk][tx + j * CS];
+        if constexpr (kAbsent) {
+          bool p[Tile::TN];
 #pragma unroll
-        for (int i = 0; i < Tile::TM; ++i)
+          for (int j = 0; j < Tile::TN; ++j) p[j] = Bp[kk][tx + j * CS];
 #pragma unroll
-          for (int j = 0; j < Tile::TN; ++j) acc[i][j] = mul_add(a[i], b[j], acc[i][j]);
+          for (int i = 0; i < Tile::TM; ++i)
+#pragma unroll
+            for (int j = 0; j < Tile::TN; ++j)
+              if (p[j]) acc[i][j] = mul_add(a[i], b[j], acc[i][j]);
+        } else {
+#pragma unroll
+          for (int i = 0; i < Tile::TM; ++i)
+#pragma unroll
+            for (int j = 0; j < Tile::TN; ++j) acc[i][j] = mul_add(a[i], b[j], acc[i][j]);
+        }
       }
       __syncthreads();
     }
@@ -135,6 +177,13 @@ __global__ void __launch_bounds__(WmmaGemmTile::kThreads)
   __shared__ __align__(128) T As[BM * LDA];
   __shared__ __align__(128) T Bs[BK * LDB];
   __shared__ __align__(128) float Cs[BM * LDC];
+  // Absent-term loaders: which B terms exist, and per thread the sums of the K blocks whose A tile
+  // holds a NaN / Inf, done elementwise (skipping absent terms) instead of on the tensor cores, where
+  // the 0 standing in for an absent term would turn that NaN / Inf into the result.
+  constexpr bool kAbsent = has_absent_terms<LoadB>();
+  constexpr int kPerThread = BM * BN / Tile::kThreads;
+  __shared__ bool Bp[kAbsent ? BK * LDB : 1];
+  [[maybe_unused]] float scalar[kAbsent ? kPerThread : 1];
 
   const int tid = threadIdx.x;
   const int warp = tid / 32;
@@ -152,22 +201,51 @@ __global__ void __launch_bounds__(WmmaGemmTile::kThreads)
     for (int i = 0; i < 2; ++i)
 #pragma unroll
       for (int j = 0; j < 2; ++j) wmma::fill_fragment(c[i][j], 0.0f);
+    [[maybe_unused]] bool any_scalar = false;  // uniform across the block
+    if constexpr (kAbsent) {
+#pragma unroll
+      for (int i = 0; i < kPerThread; ++i) scalar[i] = 0.0f;
+    }
 
     for (int64_t k0 = k_begin; k0 < k_end; k0 += BK) {
+      [[maybe_unused]] bool a_not_finite = false;
       // Loaders return float holding an element-type value (or 0): converting back is exact.
       for (int e = tid; e < BM * BK; e += Tile::kThreads) {
         const int r = LoadA::kContiguousK ? e / BK : e % BM;
         const int kk = LoadA::kContiguousK ? e % BK : e / BM;
         const int64_t m = m0 + r, k = k0 + kk;
-        As[r * LDA + kk] = Num<T>::from_acc((m < s.M && k < k_end) ? load_a(g, m, k) : 0.0f);
+        const float v = (m < s.M && k < k_end) ? load_a(g, m, k) : 0.0f;
+        if constexpr (kAbsent) a_not_finite = a_not_finite || v - v != 0.0f;  // Inf or NaN
+        As[r * LDA + kk] = Num<T>::from_acc(v);
       }
       for (int e = tid; e < BN * BK; e += Tile::kThreads) {
         const int cc = LoadB::kContiguousK ? e / BK : e % BN;
         const int kk = LoadB::kContiguousK ? e % BK : e / BN;
         const int64_t n = n0 + cc, k = k0 + kk;
-        Bs[kk * LDB + cc] = Num<T>::from_acc((n < s.N && k < k_end) ? load_b(g, k, n) : 0.0f);
+        float v = 0.0f;
+        const bool present = n < s.N && k < k_end && load_b_term(load_b, g, k, n, v);
+        Bs[kk * LDB + cc] = Num<T>::from_acc(present ? v : 0.0f);
+        if constexpr (kAbsent) Bp[kk * LDB + cc] = present;
       }
-      __syncthreads();
+      bool scalar_block = false;
+      if constexpr (kAbsent)
+        scalar_block = __syncthreads_or(a_not_finite) != 0;
+      else
+        __syncthreads();
+      if (scalar_block) {
+        if constexpr (kAbsent) {
+          any_scalar = true;
+#pragma unroll
+          for (int i = 0; i < kPerThread; ++i) {
+            const int e = tid + i * Tile::kThreads, r = e / BN, cc = e % BN;
+            for (int kk = 0; kk < BK; ++kk)
+              if (Bp[kk * LDB + cc])
+                scalar[i] = mul_add(Num<T>::to_acc(As[r * LDA + kk]), Num<T>::to_acc(Bs[kk * LDB + cc]), scalar[i]);
+          }
+        }
+        __syncthreads();
+        continue;
+      }
 #pragma unroll
       for (int kk = 0; kk < BK; kk += 16) {
         wmma::fragment<wmma::matrix_a, 16, 16, 16, T, wmma::row_major> a[2];
@@ -190,14 +268,19 @@ __global__ void __launch_bounds__(WmmaGemmTile::kThreads)
       for (int j = 0; j < 2; ++j)
         wmma::store_matrix_sync(Cs + (wm * 32 + i * 16) * LDC + wn * 32 + j * 16, c[i][j], LDC, wmma::mem_row_major);
     __syncthreads();
-    for (int e = tid; e < BM * BN; e += Tile::kThreads) {
-      const int r = e / BN, cc = e % BN;
+#pragma unroll
+    for (int i = 0; i < BM * BN / Tile::kThreads; ++i) {
+      const int e = tid + i * Tile::kThreads, r = e / BN, cc = e % BN;
       const int64_t m = m0 + r, n = n0 + cc;
       if (m >= s.M || n >= s.N) continue;
+      float v = Cs[r * LDC + cc];
+      if constexpr (kAbsent) {
+        if (any_scalar) v = v + scalar[i];
+      }
       if (splitk_ws != nullptr)
-        splitk_ws[((split * s.G + g) * s.M + m) * s.N + n] = Cs[r * LDC + cc];
+        splitk_ws[((split * s.G + g) * s.M + m) * s.N + n] = v;
       else
-        epi(g, m, n, Cs[r * LDC + cc]);
+        epi(g, m, n, v);
     }
     __syncthreads();  // Cs is reused by the next z
   }

@@ -1,7 +1,10 @@
 // layer_norm kernels. A row (length N) is handled by one warp (N <= kMaxWarpRow, several
-// rows per block) or by a whole block (longer rows). Statistics are two-pass in the
-// accumulation type, exactly as the reference: mean = sum(x)/N, then var = sum((x-mean)^2)/N
-// (biased), rstd = 1/sqrt(var + eps) with IEEE sqrt and division.
+// rows per block) or by a whole block (longer rows). Statistics in the accumulation type, as the
+// reference (csrc/cpu/layer_norm.cpp): mean mu0 = sum(x)/N, corrected by the mean of the deviations
+// (mu = mu0 + sum(x - mu0)/N: a row of equal values gets exactly that value as its mean, so it
+// normalizes to exactly 0, i.e. the bias), then the corrected two-pass variance
+// var = (sum(d^2) - sum(d)^2/N)/N with d = x - mu (biased; clamped at 0, NaN stays NaN; an
+// overflowing variance is NaN, as in PyTorch), rstd = 1/sqrt(var + eps), IEEE sqrt and division.
 // Weight/bias gradients are column sums (kernels/reduce.cuh) with the loaders below.
 #pragma once
 #include "kernels/common.cuh"
@@ -52,13 +55,21 @@ __global__ void layer_norm_forward_kernel(const T* __restrict__ x, const T* __re
     const T* xr = x + row * N;
     Acc sum = Acc(0);
     for (int64_t j = t; j < N; j += nt) sum += Num<T>::to_acc(xr[j]);
-    const Acc mu = row_sum<kBlockRow>(sum, smem) / n_acc;
-    Acc sq = Acc(0);
+    const Acc mu0 = row_sum<kBlockRow>(sum, smem) / n_acc;
+    Acc sd0 = Acc(0);
+    for (int64_t j = t; j < N; j += nt) sd0 += Num<T>::to_acc(xr[j]) - mu0;
+    const Acc mu = mu0 + row_sum<kBlockRow>(sd0, smem) / n_acc;
+    Acc sd = Acc(0), sq = Acc(0);
     for (int64_t j = t; j < N; j += nt) {
       const Acc d = Num<T>::to_acc(xr[j]) - mu;
+      sd += d;
       sq += d * d;
     }
-    const Acc var = row_sum<kBlockRow>(sq, smem) / n_acc;
+    sd = row_sum<kBlockRow>(sd, smem);
+    sq = row_sum<kBlockRow>(sq, smem);
+    Acc var = (sq - sd * (sd / n_acc)) / n_acc;
+    if (var < Acc(0)) var = Acc(0);            // rounding; NaN stays NaN
+    if (var - var != Acc(0)) var = var - var;  // Inf (overflowed) -> NaN: rstd 0 would silently give the bias
     const Acc rs = Acc(1) / sqrt(var + eps);
     if (t == 0) {  // mean / rstd are null when the statistics are not saved (layer_norm.out)
       if (mean != nullptr) mean[row] = mu;
