@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import statistics
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -52,6 +53,22 @@ def build_cases(quick: bool, dtypes: list[torch.dtype]) -> list:
     return [case for make in groups for dt in dtypes for case in make(dt)]
 
 
+def gpu_description() -> str:
+    """The GPU, its architecture, driver and the CUDA torch was built with, for each CSV row's device column."""
+    major, minor = torch.cuda.get_device_capability()
+    try:
+        driver = (
+            subprocess.run(
+                ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"], capture_output=True, text=True
+            )
+            .stdout.split("\n")[0]
+            .strip()
+        )
+    except OSError:
+        driver = ""
+    return f"{torch.cuda.get_device_name()} (sm_{major}{minor}, driver {driver or '?'}, CUDA {torch.version.cuda})"
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--csv", required=True, type=Path)
@@ -69,7 +86,7 @@ def main(argv: list[str] | None = None) -> int:
     torch.backends.cudnn.allow_tf32 = False
     torch.backends.cudnn.benchmark = True
     providers = all_providers(["cuda", "torch"])
-    prov = provenance(device=torch.cuda.get_device_name())
+    prov = provenance(device=gpu_description())
     t_start = time.monotonic()
     rows = []
     for case in build_cases(args.quick, [getattr(torch, d) for d in args.dtypes.split(",")]):

@@ -5,29 +5,11 @@
 
 #include "kernels/layer_norm.cuh"
 #include "launch.cuh"
+#include "layer_norm_launch.h"
 #include "xkernels/dispatch.h"
 #include "xkernels/ops.h"
 
 namespace xkernels::cuda {
-namespace {
-
-// Warp per row for rows up to LayerNormConfig::kMaxWarpRow, else a block per row.
-struct RowLaunch {
-  bool block_row;
-  dim3 grid, block;
-};
-RowLaunch row_launch(int64_t M, int64_t N) {
-  using Cfg = k::LayerNormConfig;
-  if (N <= Cfg::kMaxWarpRow) {
-    const int64_t blocks = std::min<int64_t>(k::ceil_div(M, Cfg::kWarpRowsPerBlock), INT_MAX);
-    return {false, dim3(static_cast<unsigned>(blocks)), dim3(32, Cfg::kWarpRowsPerBlock)};
-  }
-  return {true, dim3(static_cast<unsigned>(std::min<int64_t>(M, INT_MAX))), dim3(Cfg::kBlockThreads)};
-}
-
-// mean / rstd dtype: the accumulation type (float64 for float64 input, else float32), as entry.h.
-
-}  // namespace
 
 void layer_norm_forward_out(const at::Tensor& input, const at::Tensor& weight, const at::Tensor& bias, double eps,
                             const LayerNormProblem& p, const at::Tensor& out, const at::Tensor& mean,
@@ -42,9 +24,22 @@ void layer_norm_forward_out(const at::Tensor& input, const at::Tensor& weight, c
   const bool in_place = out.data_ptr() == x.data_ptr();
   at::Tensor y = in_place ? at::empty(out.sizes(), out.options()) : out;
   const RowLaunch L = row_launch(p.M, p.N);
+  const RowsLaunch R = rows_launch(p.M, p.N, x.element_size(),
+                                   {x.const_data_ptr(), w.defined() ? w.const_data_ptr() : nullptr,
+                                    b.defined() ? b.const_data_ptr() : nullptr, y.const_data_ptr()});
   XK_DISPATCH_FLOATING_TYPES(input.scalar_type(), "xkernels.layer_norm", [&] {
     using T = cuda_t<scalar_t>;
     using Acc = k::acc_t<T>;
+    if (R.vecs > 0) {
+      with_rows_kernel<LayerNormForwardRows, T>(R, [&](auto kernel) {
+        kernel<<<R.grid, R.block, 0, stream>>>(
+            data_in<scalar_t>(x), data_in<scalar_t>(w), data_in<scalar_t>(b), data_out<scalar_t>(y),
+            mean.defined() ? mean.mutable_data_ptr<Acc>() : nullptr,
+            rstd.defined() ? rstd.mutable_data_ptr<Acc>() : nullptr, p.M, p.N, static_cast<Acc>(eps));
+        C10_CUDA_KERNEL_LAUNCH_CHECK();
+      });
+      return;
+    }
     auto kernel = L.block_row ? k::layer_norm_forward_kernel<T, true> : k::layer_norm_forward_kernel<T, false>;
     kernel<<<L.grid, L.block, 0, stream>>>(
         data_in<scalar_t>(x), data_in<scalar_t>(w), data_in<scalar_t>(b), data_out<scalar_t>(y),
@@ -71,12 +66,21 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> layer_norm_backward(const at::Ten
   at::Tensor gw = mask[1] ? at::empty(p.normalized_shape, input.options()) : empty_grad_like(input);
   at::Tensor gb = mask[2] ? at::empty(p.normalized_shape, input.options()) : empty_grad_like(input);
   const RowLaunch L = row_launch(p.M, p.N);
+  const RowsLaunch R = rows_launch(p.M, p.N, x.element_size(),
+                                   {x.const_data_ptr(), dy.const_data_ptr(), w.defined() ? w.const_data_ptr() : nullptr,
+                                    mask[0] ? gi.const_data_ptr() : nullptr});
   XK_DISPATCH_FLOATING_TYPES(input.scalar_type(), "xkernels.layer_norm_backward", [&] {
     using T = cuda_t<scalar_t>;
     using Acc = k::acc_t<T>;
     const Acc* MU = mu.const_data_ptr<Acc>();
     const Acc* RS = rs.const_data_ptr<Acc>();
-    if (mask[0]) {
+    if (mask[0] && R.vecs > 0) {
+      with_rows_kernel<LayerNormBackwardInputRows, T>(R, [&](auto kernel) {
+        kernel<<<R.grid, R.block, 0, stream>>>(data_in<scalar_t>(dy), data_in<scalar_t>(x), MU, RS,
+                                               data_in<scalar_t>(w), data_out<scalar_t>(gi), p.M, p.N);
+        C10_CUDA_KERNEL_LAUNCH_CHECK();
+      });
+    } else if (mask[0]) {
       auto kernel =
           L.block_row ? k::layer_norm_backward_input_kernel<T, true> : k::layer_norm_backward_input_kernel<T, false>;
       kernel<<<L.grid, L.block, 0, stream>>>(data_in<scalar_t>(dy), data_in<scalar_t>(x), MU, RS, data_in<scalar_t>(w),

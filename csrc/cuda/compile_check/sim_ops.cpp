@@ -25,9 +25,17 @@
 #include "kernels/gemm.cuh"
 #include "kernels/layer_norm.cuh"
 #include "kernels/reduce.cuh"
+#include "layer_norm_launch.h"
 
 namespace {
 namespace k = xkernels::cuda::kernels;
+using xkernels::cuda::LayerNormBackwardInputRows;
+using xkernels::cuda::LayerNormForwardRows;
+using xkernels::cuda::row_launch;
+using xkernels::cuda::RowLaunch;
+using xkernels::cuda::rows_launch;
+using xkernels::cuda::RowsLaunch;
+using xkernels::cuda::with_rows_kernel;
 
 std::mutex g_mutex;  // the simulator's block state is global: one launch at a time
 int64_t g_sm_count = 132;
@@ -158,20 +166,6 @@ void conv_backward(const void* dy, const int64_t* dys, const void* x, const int6
                                      k::StoreVector<T>{out<T>(gb)});
 }
 
-// layer_norm.cu's row_launch.
-struct RowLaunch {
-  bool block_row;
-  dim3 grid, block;
-};
-RowLaunch row_launch(int64_t M, int64_t N) {
-  using Cfg = k::LayerNormConfig;
-  if (N <= Cfg::kMaxWarpRow) {
-    const int64_t blocks = std::min<int64_t>(k::ceil_div(M, Cfg::kWarpRowsPerBlock), INT_MAX);
-    return {false, dim3(static_cast<unsigned>(blocks)), dim3(32, Cfg::kWarpRowsPerBlock)};
-  }
-  return {true, dim3(static_cast<unsigned>(std::min<int64_t>(M, INT_MAX))), dim3(Cfg::kBlockThreads)};
-}
-
 }  // namespace
 
 extern "C" {
@@ -251,9 +245,16 @@ int xk_sim_layer_norm(int dtype, const void* x, const void* w, const void* b, vo
                       int64_t M, int64_t N, double eps) {
   const std::lock_guard<std::mutex> lock(g_mutex);
   const RowLaunch L = row_launch(M, N);
+  const int64_t elem = dtype == 0 ? 8 : dtype == 1 ? 4 : 2;
+  const RowsLaunch R = rows_launch(M, N, elem, {x, w, b, y});
   return dispatch(dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
     using Acc = k::acc_t<T>;
+    if (R.vecs > 0)
+      return with_rows_kernel<LayerNormForwardRows, T>(R, [&](auto kernel) {
+        xk_sim::launch(R.grid, R.block, kernel, in<T>(x), in<T>(w), in<T>(b), out<T>(y), out<Acc>(mean), out<Acc>(rstd),
+                       M, N, static_cast<Acc>(eps));
+      });
     auto kernel = L.block_row ? k::layer_norm_forward_kernel<T, true> : k::layer_norm_forward_kernel<T, false>;
     xk_sim::launch(L.grid, L.block, kernel, in<T>(x), in<T>(w), in<T>(b), out<T>(y), out<Acc>(mean), out<Acc>(rstd), M,
                    N, static_cast<Acc>(eps));
@@ -264,10 +265,17 @@ int xk_sim_layer_norm_backward(int dtype, const void* dy, const void* x, const v
                                const void* w, void* gi, void* gw, void* gb, int64_t M, int64_t N) {
   const std::lock_guard<std::mutex> lock(g_mutex);
   const RowLaunch L = row_launch(M, N);
+  const int64_t elem = dtype == 0 ? 8 : dtype == 1 ? 4 : 2;
+  const RowsLaunch R = rows_launch(M, N, elem, {x, dy, w, gi});
   return dispatch(dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
     using Acc = k::acc_t<T>;
-    if (gi != nullptr) {
+    if (gi != nullptr && R.vecs > 0) {
+      with_rows_kernel<LayerNormBackwardInputRows, T>(R, [&](auto kernel) {
+        xk_sim::launch(R.grid, R.block, kernel, in<T>(dy), in<T>(x), in<Acc>(mean), in<Acc>(rstd), in<T>(w), out<T>(gi),
+                       M, N);
+      });
+    } else if (gi != nullptr) {
       auto kernel =
           L.block_row ? k::layer_norm_backward_input_kernel<T, true> : k::layer_norm_backward_input_kernel<T, false>;
       xk_sim::launch(L.grid, L.block, kernel, in<T>(dy), in<T>(x), in<Acc>(mean), in<Acc>(rstd), in<T>(w), out<T>(gi),
