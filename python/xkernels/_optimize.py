@@ -146,6 +146,73 @@ def _node_module(tree_root: nn.Module, container: str, node: fx.Node) -> tuple[s
     return path, tree_root.get_submodule(path)
 
 
+# --- hooks
+#
+# A module's hooks live in per-module tables (torch.nn.Module attributes). A replacement that computes the
+# same output from the same input as the module it replaces takes over the module's tables (the very same
+# objects, as the containers optimize() copies share theirs: a hook registered or removed, through a handle or
+# otherwise, on either module is so on both). A fused replacement in which the module's own input, output or
+# state no longer exist cannot run the hooks that see them: that module and the fusion are left as they are,
+# and the report says why (`_hook_blocker`).
+
+_HOOK_TABLES = (
+    "_forward_pre_hooks",
+    "_forward_pre_hooks_with_kwargs",
+    "_forward_hooks",
+    "_forward_hooks_with_kwargs",
+    "_forward_hooks_always_called",
+    "_backward_hooks",
+    "_backward_pre_hooks",
+    "_state_dict_hooks",
+    "_state_dict_pre_hooks",
+    "_load_state_dict_pre_hooks",
+    "_load_state_dict_post_hooks",
+)
+
+# Which hooks see what: the module's input (forward pre-hooks), its output or gradients (forward hooks,
+# backward hooks), its parameters and buffers (state_dict hooks).
+_SEES_INPUT = (("_forward_pre_hooks", "a forward pre-hook"),)
+_SEES_OUTPUT = (
+    ("_forward_hooks", "a forward hook"),
+    ("_backward_hooks", "a backward hook"),
+    ("_backward_pre_hooks", "a backward pre-hook"),
+)
+_SEES_STATE = (
+    ("_state_dict_hooks", "a state_dict hook"),
+    ("_state_dict_pre_hooks", "a state_dict pre-hook"),
+    ("_load_state_dict_pre_hooks", "a load_state_dict pre-hook"),
+    ("_load_state_dict_post_hooks", "a load_state_dict post-hook"),
+)
+
+
+def _hook_blocker(m: nn.Module, name: str, input: bool, output: bool, state: bool) -> str | None:
+    """Why module `m` (at path `name`) cannot be replaced by a rewrite in which its input (`input`), its output
+    (`output`) or its parameters and buffers (`state`) are not what its hooks would see; None when it can.
+    Backward hooks of the old kind (register_backward_hook) see the inputs of the autograd node that computed
+    the output, which is another node in every replacement: they block any rewrite."""
+    if getattr(m, "_backward_hooks", None) and m._is_full_backward_hook is False:
+        return f"{type(m).__name__} '{name}' has a non-full backward hook (register_backward_hook)"
+    kinds = (_SEES_INPUT if input else ()) + (_SEES_OUTPUT if output else ()) + (_SEES_STATE if state else ())
+    found = [what for table, what in kinds if getattr(m, table, None)]
+    if not found:
+        return None
+    return f"{type(m).__name__} '{name}' has {' and '.join(found)}"
+
+
+def _carry_hooks(old: nn.Module, new: nn.Module) -> nn.Module:
+    """`new` takes over `old`'s hook tables (the same objects); returns `new`."""
+    for table in _HOOK_TABLES:
+        if hasattr(old, table):
+            setattr(new, table, getattr(old, table))
+    new._is_full_backward_hook = getattr(old, "_is_full_backward_hook", None)
+    return new
+
+
+def _unchanged(reason: str, because: str) -> str:
+    """The report's third field for a rewrite left undone: what was not done, and the hook that prevents it."""
+    return f"unchanged: {reason}: {because}"
+
+
 # --- pass 1: BatchNorm folding
 
 
@@ -157,11 +224,14 @@ class ConvBNMatch:
     bn: str
 
 
-def find_conv_bn(model: nn.Module) -> list[ConvBNMatch]:
+def find_conv_bn(model: nn.Module, skipped: list | None = None) -> list[ConvBNMatch]:
     """The foldable Conv2d -> BatchNorm2d pairs in `model`: in some container's forward the BN's input
     is the conv's output and nothing else uses that output; the BN is in eval mode and tracks running
     statistics; conv (nn.Conv2d or xkernels.nn.Conv2d, padding_mode 'zeros') and BN are each called once and
-    sit at one place in the model."""
+    sit at one place in the model; and no hook sees what folding removes: the conv may have forward pre-hooks
+    (its input stays), but no forward or backward hooks (its own output is gone) or state_dict hooks (its
+    weight and bias change), and the BN no hook at all. Pairs left out for a hook are appended to `skipped`
+    (if a list) as (match, reason)."""
     gs = _graphs(model)
     out = []
     for container, g in gs.graphs.items():
@@ -181,33 +251,56 @@ def find_conv_bn(model: nn.Module) -> list[ConvBNMatch]:
                 or bn[1].num_features != conv[1].out_channels
             ):
                 continue
-            out.append(ConvBNMatch(conv[0], bn[0]))
+            match = ConvBNMatch(conv[0], bn[0])
+            blocker = _hook_blocker(*conv[::-1], input=False, output=True, state=True) or _hook_blocker(
+                *bn[::-1], input=True, output=True, state=True
+            )
+            if blocker is not None:
+                if skipped is not None:
+                    skipped.append((match, blocker))
+                continue
+            out.append(match)
     return out
 
 
 def _fold_batchnorm(tree: _Tree, log: list) -> None:
-    for match in find_conv_bn(tree.root):
+    skipped: list = []
+    for match in find_conv_bn(tree.root, skipped):
         conv, bn = tree.get(match.conv), tree.get(match.bn)
-        tree.set(match.conv, FoldedConv2d.from_conv_bn(conv, bn, f"BatchNorm2d '{match.bn}'"))
+        folded = FoldedConv2d.from_conv_bn(conv, bn, f"BatchNorm2d '{match.bn}'")
+        tree.set(match.conv, _carry_hooks(conv, folded))  # forward pre-hooks only (find_conv_bn)
         tree.set(match.bn, nn.Identity())
         log.append((match.conv, f"{type(conv).__name__}+BatchNorm2d", "xkernels.nn.FoldedConv2d"))
+    for match, blocker in skipped:
+        conv = tree.get(match.conv)
+        log.append((match.conv, f"{type(conv).__name__}+BatchNorm2d", _unchanged("BatchNorm2d not folded", blocker)))
 
 
 # --- pass 2: module swaps
 
 
 def _replacement(child: nn.Module, conv2d: bool, layer_norm: bool) -> Callable[[], nn.Module] | None:
+    """How to make the xkernels module that replaces `child` (taking over its hooks), or None."""
     if conv2d and type(child) is nn.Conv2d and child.padding_mode == "zeros":
-        return lambda: Conv2d.from_conv2d(child)
+        return lambda: _carry_hooks(child, Conv2d.from_conv2d(child))
     if layer_norm and type(child) is nn.LayerNorm:
-        return lambda: LayerNorm.from_layer_norm(child)
+        return lambda: _carry_hooks(child, LayerNorm.from_layer_norm(child))
     return None
 
 
 def _swaps(
-    module: nn.Module, prefix: str, linear_relu: bool, conv2d: bool, layer_norm: bool, pack_weights: bool, out: list
+    module: nn.Module,
+    prefix: str,
+    linear_relu: bool,
+    conv2d: bool,
+    layer_norm: bool,
+    pack_weights: bool,
+    out: list,
+    made: dict | None = None,
 ) -> None:
-    """Collects (path, new module, log entry) for every replaceable slot below `module`."""
+    """Collects (path, new module, log entry) for every replaceable slot below `module`. A module at several
+    paths gets one replacement object (`made`: id of the original -> its replacement), so that it stays shared."""
+    made = {} if made is None else made
     names = list(module._modules)
     skip = set()
     for i, name in enumerate(names):
@@ -222,20 +315,40 @@ def _swaps(
             and i + 1 < len(names)
             and type(module._modules[names[i + 1]]) is nn.ReLU
         ):
-            new = FusedLinearReLU.from_linear(child)
-            new.pack_weight = pack_weights
+            relu_path = _join(prefix, names[i + 1])
+            relu = module._modules[names[i + 1]]
+            # The Linear's own output (before the ReLU) and the ReLU's input no longer exist in the fused module.
+            blocker = _hook_blocker(child, qual, input=False, output=True, state=False) or _hook_blocker(
+                relu, relu_path, input=True, output=True, state=False
+            )
+            if blocker is not None:
+                out.append((qual, None, (qual, "Linear+ReLU", _unchanged("not fused", blocker))))
+                skip.add(names[i + 1])
+                continue
+            key = ("linear_relu", id(child), id(relu))
+            if key not in made:
+                new = _carry_hooks(child, FusedLinearReLU.from_linear(child))
+                new.pack_weight = pack_weights
+                made[key] = (new, _carry_hooks(relu, nn.Identity()))  # the ReLU's state_dict hooks, if any
+            new, identity = made[key]
             out.append((qual, new, (qual, "Linear+ReLU", "FusedLinearReLU")))
-            out.append((_join(prefix, names[i + 1]), nn.Identity(), None))
+            out.append((relu_path, identity, None))
             skip.add(names[i + 1])
             continue
         make = _replacement(child, conv2d, layer_norm)
         if make is not None:
-            new = make()
-            if isinstance(new, Conv2d):
-                new.pack_weight = pack_weights
+            blocker = _hook_blocker(child, qual, input=False, output=False, state=False)
+            if blocker is not None:
+                out.append((qual, None, (qual, type(child).__name__, _unchanged("not replaced", blocker))))
+                continue
+            if id(child) not in made:
+                made[id(child)] = make()
+                if isinstance(made[id(child)], Conv2d):
+                    made[id(child)].pack_weight = pack_weights
+            new = made[id(child)]
             out.append((qual, new, (qual, type(child).__name__, f"xkernels.nn.{type(new).__name__}")))
             continue
-        _swaps(child, qual, linear_relu, conv2d, layer_norm, pack_weights, out)
+        _swaps(child, qual, linear_relu, conv2d, layer_norm, pack_weights, out, made)
 
 
 # --- pass 3: conv epilogues
@@ -279,13 +392,19 @@ class EpilogueMatch:
     nodes: list = field(repr=False, default_factory=list)
 
 
-def find_conv_epilogues(model: nn.Module, graphs: _Graphs | None = None) -> list[EpilogueMatch]:
+def find_conv_epilogues(
+    model: nn.Module, graphs: _Graphs | None = None, skipped: list | None = None
+) -> list[EpilogueMatch]:
     """The conv epilogue chains in `model`: an xkernels.nn.Conv2d (FoldedConv2d included) called once whose
     output goes, through any Identity modules (folded BatchNorm slots), into an optional residual addition and an
     optional ReLU, every intermediate result used only by the next step. torch.nn.Conv2d layers (reflect
     padding, or optimize(conv2d=False)) are not matched. Matches do not overlap: where two convolutions meet in
     one residual add (conv2(...) + downsample(x)), the first in graph order takes the add and the ReLU, and a
-    node that is one match's residual operand is never part of another match's chain."""
+    node that is one match's residual operand is never part of another match's chain. A chain is not matched
+    when a hook would see what the fused call removes: forward or backward hooks of the conv (its own output is
+    gone), forward pre-hooks of the conv when there is a residual (the fused call's input is (input,
+    residual)), or any forward or backward hook of an Identity or ReLU module in the chain; such chains are
+    appended to `skipped` (if a list) as (match, reason)."""
     gs = graphs or _graphs(model)
     out = []
     for container, g in gs.graphs.items():
@@ -319,12 +438,28 @@ def find_conv_epilogues(model: nn.Module, graphs: _Graphs | None = None) -> list
                     relu = True
             if residual is None and not relu:
                 continue
+            match = EpilogueMatch(container, conv[0], residual.name if residual is not None else None, relu, chain)
+            blocker = _epilogue_hook_blocker(model, match)
+            if blocker is not None:
+                if skipped is not None:
+                    skipped.append((match, blocker))
+                continue
             names = {nd.name for nd in chain}
             if names & claimed or (residual is not None and residual.name in claimed):
                 continue
             claimed |= names | ({residual.name} if residual is not None else set())
-            out.append(EpilogueMatch(container, conv[0], residual.name if residual is not None else None, relu, chain))
+            out.append(match)
     return out
+
+
+def _epilogue_hook_blocker(model: nn.Module, match: EpilogueMatch) -> str | None:
+    conv = model.get_submodule(match.conv)
+    blocker = _hook_blocker(conv, match.conv, input=match.residual is not None, output=True, state=False)
+    for nd in match.nodes[1:]:
+        inner = _node_module(model, match.container, nd)  # Identity or ReLU modules (add / functional relu: None)
+        if blocker is None and inner is not None:
+            blocker = _hook_blocker(inner[1], inner[0], input=True, output=True, state=False)
+    return blocker
 
 
 def _sequential_rewrite(tree: _Tree, match: EpilogueMatch) -> bool:
@@ -339,8 +474,10 @@ def _sequential_rewrite(tree: _Tree, match: EpilogueMatch) -> bool:
     idx = [names.index(nd.target) for nd in match.nodes]
     if idx != list(range(idx[0], idx[0] + len(idx))):
         return False
-    tree.set(match.conv, Conv2dEpilogue.from_conv2d(tree.get(match.conv), relu=match.relu))
-    tree.set(_join(match.container, match.nodes[-1].target), nn.Identity())
+    conv = tree.get(match.conv)
+    tree.set(match.conv, _carry_hooks(conv, Conv2dEpilogue.from_conv2d(conv, relu=match.relu)))
+    relu_path = _join(match.container, match.nodes[-1].target)
+    tree.set(relu_path, _carry_hooks(tree.get(relu_path), nn.Identity()))  # its state_dict hooks, if any
     return True
 
 
@@ -348,7 +485,8 @@ def _graph_rewrite(tree: _Tree, container_path: str, graph: fx.Graph, matches: l
     """Rewrites `container`'s forward graph: each matched chain becomes one call of its Conv2dEpilogue
     (residual as second argument); the container becomes a GraphModule with the same children."""
     for match in matches:
-        tree.set(match.conv, Conv2dEpilogue.from_conv2d(tree.get(match.conv), relu=match.relu))
+        conv = tree.get(match.conv)
+        tree.set(match.conv, _carry_hooks(conv, Conv2dEpilogue.from_conv2d(conv, relu=match.relu)))
     container = tree._writable(container_path)
     for match in matches:
         conv_node, last = match.nodes[0], match.nodes[-1]
@@ -361,23 +499,41 @@ def _graph_rewrite(tree: _Tree, container_path: str, graph: fx.Graph, matches: l
         for nd in reversed(match.nodes):
             graph.erase_node(nd)
     graph.lint()
-    gm = fx.GraphModule(container, graph, class_name=type(container).__name__)
+    gm = _carry_hooks(container, fx.GraphModule(container, graph, class_name=type(container).__name__))
     gm.training = container.training
     tree.set(container_path, gm)
 
 
+def _epilogue_kind(m: EpilogueMatch) -> str:
+    return "conv2d" + ("+add" if m.residual is not None else "") + ("+ReLU" if m.relu else "")
+
+
 def _conv_epilogues(tree: _Tree, log: list) -> None:
     gs = _graphs(tree.root)
-    matches = find_conv_epilogues(tree.root, gs)
+    skipped: list = []
+    matches = find_conv_epilogues(tree.root, gs, skipped)
     by_container: dict[str, list[EpilogueMatch]] = {}
     for m in matches:
-        kind = "conv2d" + ("+add" if m.residual is not None else "") + ("+ReLU" if m.relu else "")
-        log.append((m.conv, kind, "xkernels.nn.Conv2dEpilogue"))
         if not _sequential_rewrite(tree, m):
             by_container.setdefault(m.container, []).append(m)
+    # A rewritten container becomes a GraphModule that takes over its hooks (same input, same output), but not
+    # hooks of the old kind (register_backward_hook), which see the autograd node of the forward's last operation.
+    blocked = {}
+    for path in by_container:
+        blocker = _hook_blocker(tree.get(path), path or "<model>", input=False, output=False, state=False)
+        if blocker is not None:
+            blocked[path] = blocker
+    for m in matches:
+        if m.container in blocked and any(m is g for g in by_container[m.container]):
+            skipped.append((m, blocked[m.container]))
+        else:
+            log.append((m.conv, _epilogue_kind(m), "xkernels.nn.Conv2dEpilogue"))
+    for m, blocker in skipped:
+        log.append((m.conv, _epilogue_kind(m), _unchanged("not fused", blocker)))
     # Deepest containers first: rewriting a container replaces its module object, and its path stays valid.
     for path in sorted(by_container, key=lambda p: -p.count(".") - (1 if p else 0)):
-        _graph_rewrite(tree, path, gs.graphs[path], by_container[path])
+        if path not in blocked:
+            _graph_rewrite(tree, path, gs.graphs[path], by_container[path])
 
 
 # --- optimize
@@ -414,7 +570,7 @@ def optimize(
       ``Conv2dEpilogue`` call, computed by ``conv2d_epilogue``: the fused op ``conv2d_relu`` (bias, residual
       add and ReLU in the convolution's store, rounded once). In an ``nn.Sequential`` the ReLU slot becomes
       ``nn.Identity``; other containers with a matched chain become ``torch.fx.GraphModule`` s with the same
-      children (their class name kept; Python attributes and hooks of the container itself are not carried
+      children (their class name kept, and the container's hooks; its other Python attributes are not carried
       over).
 
     A model in train mode keeps exact module semantics: BatchNorm stays torch's (batch statistics,
@@ -423,16 +579,30 @@ def optimize(
     Only those exact classes are replaced (subclasses may override forward). Replaced modules share the
     original Parameter objects (training one trains the other), except folded convolutions, which own new
     ones. With ``inplace=False`` (default) the original model is never modified: containers on the path to a
-    replacement are shallow copies. Nested models are handled at any depth. If `report` is a list,
-    (qualified name, old, new) tuples are appended to it. ``pack_weights=True`` turns on the pre-packed
-    weight of the new ``FusedLinearReLU`` and convolution modules (for inference; read FusedLinearReLU's
-    docstring for the one way a packed copy can go stale).
-    """
+    replacement are shallow copies; a module that sits at several places gets one replacement. Nested models
+    are handled at any depth. If `report` is a list, (qualified name, old, new) tuples are appended to it.
+    ``pack_weights=True`` turns on the pre-packed weight of the new ``FusedLinearReLU`` and convolution modules
+    (for inference; read FusedLinearReLU's docstring for the one way a packed copy can go stale).
+
+    Hooks: a replacement takes over the hook tables of the module it replaces (the same objects, so handles
+    keep working): forward pre-hooks, forward hooks (with_kwargs, always_call), full backward hooks and
+    backward pre-hooks, state_dict and load_state_dict hooks; they run as often and with the same tensors as on
+    the original module. A fusion that would remove what a hook sees is not done: a Conv2d with a forward or
+    backward hook (or a state_dict hook) keeps its BatchNorm2d unfolded, a BatchNorm2d with any hook is not
+    folded, a Linear with a forward or backward hook or a ReLU with a forward, pre- or backward hook is not
+    fused into FusedLinearReLU, and a conv epilogue is not fused when the conv has a forward or backward hook
+    (or a forward pre-hook and a residual) or its ReLU / Identity modules have hooks; a module with a backward
+    hook of the old kind (``register_backward_hook``) is not replaced at all. Each such case is reported as
+    (qualified name, old, "unchanged: <what was not done>: <the module and its hook>")."""
     if not isinstance(model, nn.Module):
         raise TypeError(f"xkernels.optimize: argument 'model' must be a torch.nn.Module, got {type(model).__name__}")
     log = report if report is not None else []
     make = _replacement(model, conv2d, layer_norm)
     if make is not None:  # the model itself is one replaceable layer
+        blocker = _hook_blocker(model, "<model>", input=False, output=False, state=False)
+        if blocker is not None:
+            log.append(("", type(model).__name__, _unchanged("not replaced", blocker)))
+            return model
         log.append(("", type(model).__name__, f"xkernels.nn.{type(model).__name__}"))
         new = make()
         if isinstance(new, Conv2d):
@@ -448,7 +618,8 @@ def optimize(
     swaps: list = []
     _swaps(tree.root, "", linear_relu, conv2d, layer_norm, pack_weights, swaps)
     for path, new, entry in swaps:
-        tree.set(path, new)
+        if new is not None:
+            tree.set(path, new)
         if entry is not None:
             log.append(entry)
     if inference and epilogues and conv2d:
