@@ -27,7 +27,6 @@ import torch
 from torch import Tensor, nn
 
 from . import _C, ops
-from .backends import current_backend
 
 __all__ = [
     "FusedLinearReLU",
@@ -161,18 +160,10 @@ def _packed_copy(module: nn.Module, input: Tensor, bias: Tensor | None, pack: Ca
     return packed
 
 
-_SYCL_CPU_OK: dict[torch.dtype, bool] = {}
-
-
 def _cpu_backend(dtype: torch.dtype) -> str:
-    """The backend the CPU chooser (csrc/backend.cpp) picks for `dtype` in this thread: the explicit
-    request, or for 'auto' sycl when the SYCL CPU device runs this dtype, else reference."""
-    requested = current_backend()
-    if requested != "auto":
-        return requested
-    if dtype not in _SYCL_CPU_OK:  # device availability does not change within a process
-        _SYCL_CPU_OK[dtype] = bool(_C.with_sycl) and bool(_C.sycl.cpu_status(str(dtype).replace("torch.", ""))[0])
-    return "sycl" if _SYCL_CPU_OK[dtype] else "reference"
+    """The backend the CPU dispatch (csrc/backend.cpp cpu_backend_choice) picks for `dtype` in this thread: the
+    explicit request, or for 'auto' sycl when the SYCL CPU device runs this dtype, else reference."""
+    return _C.cpu_backend(str(dtype).removeprefix("torch."))
 
 
 def _unsupported_padding_mode(mode: str) -> ValueError:
@@ -356,26 +347,6 @@ def _foldable_batchnorm(bn: nn.Module) -> bool:
     )
 
 
-def _conv_out_shape(input: Tensor, weight: Tensor, stride, padding, dilation) -> list[int]:
-    """F.conv2d's output shape (for valid arguments; anything else gets the op's own error)."""
-
-    def pair(v):
-        return [v, v] if isinstance(v, int) else list(v)
-
-    s, d = pair(stride), pair(dilation)
-    k = list(weight.shape[-2:])
-    if isinstance(padding, str):
-        p = [di * (ki - 1) // 2 for di, ki in zip(d, k, strict=True)] if padding == "same" else [0, 0]
-        extra = [di * (ki - 1) % 2 for di, ki in zip(d, k, strict=True)] if padding == "same" else [0, 0]
-    else:
-        p, extra = pair(padding), [0, 0]
-    spatial = [
-        (n + 2 * pi + ei - di * (ki - 1) - 1) // si + 1
-        for n, pi, ei, di, ki, si in zip(input.shape[-2:], p, extra, d, k, s, strict=True)
-    ]
-    return [*input.shape[:-3], weight.shape[0], *spatial]
-
-
 def conv2d_epilogue(
     input: Tensor,
     weight: Tensor,
@@ -401,7 +372,7 @@ def conv2d_epilogue(
         residual is None
         or (
             residual.dtype == input.dtype
-            and list(residual.shape) == _conv_out_shape(input, weight, stride, padding, dilation)
+            and list(residual.shape) == ops.conv2d_output_shape(input.shape, weight.shape, stride, padding, dilation)
         )
     ):
         if packed_weight is not None:
