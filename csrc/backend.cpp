@@ -36,6 +36,14 @@ Backend parse_backend(const std::string& name, const char* what) {
                     name, "'");
 }
 
+at::ScalarType scalar_type_from_name(const std::string& name, const char* what) {
+  if (name == "float32" || name == "float") return at::kFloat;
+  if (name == "float64" || name == "double") return at::kDouble;
+  if (name == "float16" || name == "half") return at::kHalf;
+  if (name == "bfloat16") return at::kBFloat16;
+  TORCH_CHECK_VALUE(false, what, " must be one of 'float32', 'float64', 'float16', 'bfloat16', got '", name, "'");
+}
+
 namespace {
 std::atomic<int> g_default{-1};  // -1: not read from the environment yet
 thread_local std::optional<Backend> t_override;
@@ -75,42 +83,38 @@ bool acpp_cpu_available(std::string* why_not) {
 }
 #endif
 
-Backend choose_cpu_backend(const char* op, at::ScalarType dtype) {
+Backend cpu_backend_choice(at::ScalarType dtype, std::string* auto_fallback_reason) {
   const Backend req = requested_backend();
-  const c10::Device cpu(c10::kCPU);
-  switch (req) {
-    case Backend::Reference:
-      if (dispatch_record_enabled()) record_dispatch(op, Backend::Reference, cpu, "");
-      return Backend::Reference;
-    case Backend::Sycl: {
-      std::string why;
-      TORCH_CHECK(sycl_cpu_available(dtype, &why), "xkernels.", op,
-                  ": backend 'sycl' was requested for a CPU tensor of dtype ", dtype, " but is unavailable: ", why);
-      if (dispatch_record_enabled()) record_dispatch(op, Backend::Sycl, cpu, "");
-      return Backend::Sycl;
-    }
-    case Backend::Acpp: {
-      std::string why;
-      TORCH_CHECK(acpp_cpu_available(&why), "xkernels.", op,
-                  ": backend 'acpp' was requested for a CPU tensor but is unavailable: ", why);
-      if (dispatch_record_enabled()) record_dispatch(op, Backend::Acpp, cpu, "");
-      return Backend::Acpp;
-    }
-    case Backend::Cuda:
-      TORCH_CHECK(false, "xkernels.", op,
-                  ": backend 'cuda' was requested but the tensors are on the CPU; move them to a CUDA device "
-                  "or select 'auto', 'reference' or 'sycl'");
-    case Backend::Auto:
-    default: {
-      std::string why;
-      if (sycl_cpu_available(dtype, &why)) {
-        if (dispatch_record_enabled()) record_dispatch(op, Backend::Sycl, cpu, "");
-        return Backend::Sycl;
-      }
-      if (dispatch_record_enabled()) record_dispatch(op, Backend::Reference, cpu, "sycl unavailable: " + why);
-      return Backend::Reference;
+  if (req != Backend::Auto) return req;
+  std::string why;
+  if (sycl_cpu_available(dtype, &why)) return Backend::Sycl;
+  if (auto_fallback_reason) *auto_fallback_reason = "sycl unavailable: " + why;
+  return Backend::Reference;
+}
+
+Backend choose_cpu_backend(const char* op, at::ScalarType dtype) {
+  std::string fallback_reason;
+  const Backend chosen = cpu_backend_choice(dtype, &fallback_reason);
+  if (requested_backend() != Backend::Auto) {  // an explicit request runs as asked or raises
+    std::string why;
+    switch (chosen) {
+      case Backend::Sycl:
+        TORCH_CHECK(sycl_cpu_available(dtype, &why), "xkernels.", op,
+                    ": backend 'sycl' was requested for a CPU tensor of dtype ", dtype, " but is unavailable: ", why);
+        break;
+      case Backend::Acpp:
+        TORCH_CHECK(acpp_cpu_available(&why), "xkernels.", op,
+                    ": backend 'acpp' was requested for a CPU tensor but is unavailable: ", why);
+        break;
+      case Backend::Cuda:
+        TORCH_CHECK(false, "xkernels.", op,
+                    ": backend 'cuda' was requested but the tensors are on the CPU; move them to a CUDA device "
+                    "or select 'auto', 'reference' or 'sycl'");
+      default: break;
     }
   }
+  if (dispatch_record_enabled()) record_dispatch(op, chosen, c10::Device(c10::kCPU), fallback_reason);
+  return chosen;
 }
 
 Backend choose_xpu_backend(const char* op, at::ScalarType dtype) {

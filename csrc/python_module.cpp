@@ -58,6 +58,16 @@ PYBIND11_MODULE(_C, m) {
   m.def("validate_backend_name", [](const std::string& name, const std::string& what) {
     return std::string(backend_name(parse_backend(name, what.c_str())));
   });
+  m.def(
+      "cpu_backend",
+      [](const std::string& dtype_name) {
+        return std::string(backend_name(
+            cpu_backend_choice(scalar_type_from_name(dtype_name, "xkernels._C.cpu_backend: argument 'dtype_name'"))));
+      },
+      py::arg("dtype_name"),
+      "The backend ops on CPU tensors of this dtype ('float32', ...) run on in this thread, as the CPU dispatch "
+      "decides it (csrc/backend.cpp cpu_backend_choice): the requested backend, or under 'auto' 'sycl' where the "
+      "SYCL CPU device runs the dtype, else 'reference'. Neither checks nor records the request.");
 
   m.def("dispatch_record_enabled", &dispatch_record_enabled);
   m.def("set_dispatch_record_enabled", &set_dispatch_record_enabled);

@@ -78,15 +78,6 @@ struct Conv2dConfig {
   static constexpr int64_t kPackElements = 8192;
 };
 
-// Lane width (the kernels' template S) for element type T on the launcher's device: the preferred
-// width where the device has that sub-group size, else 32 (conv2d_kernels in kernels/conv2d.hpp
-// instantiates exactly these). The ahead-of-time (acpp) kernels' lanes are work-items, not SIMD lanes,
-// so any width runs there: the preferred one.
-template <typename T>
-int64_t lanes_for(const Launcher& L) {
-  return L.is_acpp() ? xk::preferred_lanes<T>() : lane_width<T>(L.traits());
-}
-
 // Calls f(std::integral_constant<int, S>) for the lane width S (one the table has for element type T).
 template <typename T, int S, typename F>
 bool call_with_lanes(int64_t s, F& f) {
@@ -115,7 +106,7 @@ Tile igemm_tile(int64_t channels_per_group, int vector_registers) {
 }
 
 // Calls f(R, Q) with the tile as std::integral_constant<int, ...> values (the table's tiles). The AVX2 tile
-// exists at lane width 8 only (kernels/conv2d.hpp), where lane width 8 is what lanes_for gives AVX2 devices.
+// exists at lane width 8 only (kernels/conv2d.hpp), where lane width 8 is what lane_width gives AVX2 devices.
 template <int S, typename F>
 void with_tile(Tile t, F&& f) {
   using C = Conv2dConfig;
@@ -164,7 +155,7 @@ at::Tensor pack_on_device(Launcher& L, const at::Tensor& weight, int64_t G, bool
   wpk = empty({G * npanels * pad * KH * KW * src_ch + 1}, weight.options());
   q.wpk = mptr<T>(wpk);
   // Source channels per work-group: about kPackElements elements each, and enough work-groups to share.
-  const int64_t S = lanes_for<T>(L);
+  const int64_t S = lane_width<T>(L.traits(), L.is_acpp());
   const int64_t rows = std::max<int64_t>(1, Conv2dConfig::kPackElements / (pad * KH * KW));
   const int64_t by_groups = ceil_div(src_ch * G * npanels, Conv2dConfig::kTargetGroups);
   q.src_block = std::max<int64_t>(1, std::min({rows, by_groups, src_ch}));
@@ -255,7 +246,7 @@ template <typename T>
 void run_destination_gemm(Launcher& L, const Conv2dProblem& p, const at::Tensor& src, const at::Tensor& weight,
                           const at::Tensor& bias, at::Tensor& dst, bool transposed, const at::Tensor& res = {},
                           bool relu = false, const at::Tensor& prepacked = {}) {
-  const int64_t S = lanes_for<T>(L);
+  const int64_t S = lane_width<T>(L.traits(), L.is_acpp());
   const int64_t G = p.groups;
   const int64_t dst_pg = transposed ? p.C_per_group() : p.O_per_group();
   const int64_t N = src.size(0), Cs = src.size(1), Hs = src.size(2), Ws = src.size(3);
@@ -423,7 +414,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> backward(Launcher L, const at::Te
   XK_DISPATCH_DEVICE_TYPES(go.scalar_type(), "conv2d_backward", [&] {
     using acc = xk::acc_t<T>;
     const auto acc_opts = go.options().dtype(c10::CppTypeToScalarType<acc>::value);
-    const int64_t S = lanes_for<T>(L);
+    const int64_t S = lane_width<T>(L.traits(), L.is_acpp());
     if (mask[0]) {  // grad_input: transposed convolution of grad_output with the weight
       gi = empty({p.N, p.C, p.H, p.W}, input.options().memory_format(fmt));
       run_destination_gemm<T>(L, p, go, weight, at::Tensor(), gi, /*transposed=*/true);
@@ -549,7 +540,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> backward(Launcher L, const at::Te
 // divides it (16 or 8 lanes on CPUs; not the 32 of GPU warps).
 void check_pack_lanes(const char* op, const Launcher& L, at::ScalarType dtype) {
   int64_t S = 0;
-  XK_DISPATCH_DEVICE_TYPES(dtype, "conv2d", [&] { S = lanes_for<T>(L); });
+  XK_DISPATCH_DEVICE_TYPES(dtype, "conv2d", [&] { S = lane_width<T>(L.traits(), L.is_acpp()); });
   XK_CHECK(conv2d_pack_lanes(dtype) % S == 0, op, "packed conv2d weights are laid out for ", conv2d_pack_lanes(dtype),
            " lanes, but this device's conv2d kernels run ", S, " (use conv2d / conv2d_relu on this device)");
 }

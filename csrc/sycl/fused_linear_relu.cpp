@@ -57,8 +57,8 @@ struct LinearConfig {
 enum class GemmVariant { Cpu, Gpu };
 
 // Lane width of the CPU kernels: 16 (one AVX-512 vector of fp32), or 8 on devices with 16 vector registers
-// (AVX2; DeviceTraits::vector_registers), whose tiles (PanelTile / DotTile<T, 8>) fit that register file.
-int cpu_lanes(const Launcher& L) { return !L.is_acpp() && L.traits().vector_registers() == 16 ? 8 : 16; }
+// (simd_lanes, kernel_table.h), whose tiles (PanelTile / DotTile<T, 8>) fit that register file; 16 under acpp.
+int cpu_lanes(const Launcher& L) { return L.is_acpp() ? 16 : simd_lanes(L.traits(), 16); }
 
 // The CPU kernels run work-groups of cpu_lanes lanes. Under DPC++ the lanes are one sub-group (SIMD lanes),
 // whose size the device must support; ahead-of-time builds (acpp) run them as 16 work-items (their lane

@@ -59,15 +59,25 @@ std::string kernel_label() {
   return (k.rfind("xk::", 0) == 0 ? k.substr(4) : k) + "<" + xk::type_label<T>() + ">";
 }
 
-// The lane width the host launches lane-variant kernels with for T on a device with `t`: the preferred width
-// where the device has that sub-group size, else 32 (the widths kernels/conv2d.hpp instantiates).
+// The lane-width rule, once: kernels sized for `natural` lanes (one 512-bit vector of the accumulation type:
+// 16 floats / 8 doubles; the GEMM tiles: 16 of any type) run 8 lanes on devices with 16 vector registers (AVX2
+// CPUs, DeviceTraits::vector_registers: 8 floats per ymm; doubles keep 8 lanes, two ymm per vector), whose
+// register file the tiles of width 8 fit. lane_width (conv2d's lane-variant kernels) and the GEMM's cpu_lanes
+// (sycl/fused_linear_relu.cpp) both use it.
+inline int simd_lanes(const DeviceTraits& t, int natural) {
+  return natural > 8 && t.vector_registers() == 16 ? 8 : natural;
+}
+
+// The lane width (the kernels' template S) the host launches lane-variant kernels with for T on a device with
+// `t`: simd_lanes of the preferred width where the device has that sub-group size, else 32 (the widths
+// kernels/conv2d.hpp instantiates). The ahead-of-time (`acpp`) kernels' lanes are work-items, not SIMD lanes,
+// so any width runs there: the preferred one.
 template <typename T>
-int lane_width(const DeviceTraits& t) {
-  // One native vector of the accumulation type: 16 floats / 8 doubles (AVX-512), 8 floats on AVX2 CPUs (whose
-  // doubles keep 8 lanes: two ymm per vector).
-  const size_t want = !std::is_same_v<T, double> && t.vector_registers() == 16 ? 8 : xk::preferred_lanes<T>();
+int lane_width(const DeviceTraits& t, bool acpp = false) {
+  if (acpp) return xk::preferred_lanes<T>();
+  const int want = simd_lanes(t, xk::preferred_lanes<T>());
   for (size_t s : t.sub_group_sizes)
-    if (s == want) return static_cast<int>(want);
+    if (s == static_cast<size_t>(want)) return want;
   return 32;
 }
 

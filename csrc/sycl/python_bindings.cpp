@@ -16,18 +16,6 @@ namespace xkernels::sycl_backend {
 
 namespace {
 
-// "float32" | "float64" | "float16" | "bfloat16" (also torch's short names) -> ScalarType.
-at::ScalarType dtype_from_name(const std::string& name) {
-  if (name == "float32" || name == "float") return at::kFloat;
-  if (name == "float64" || name == "double") return at::kDouble;
-  if (name == "float16" || name == "half") return at::kHalf;
-  if (name == "bfloat16") return at::kBFloat16;
-  TORCH_CHECK_VALUE(false,
-                    "xkernels._C.sycl.cpu_status: argument 'dtype_name' must be one of 'float32', 'float64', "
-                    "'float16', 'bfloat16', got '",
-                    name, "'");
-}
-
 py::dict device_dict(const DeviceRecord& r) {
   py::dict d;
   d["name"] = r.traits.name;
@@ -94,7 +82,8 @@ void bind_python(py::module_& m) {
   m.def(
       "cpu_status",
       [](const std::string& dtype_name) {
-        const at::ScalarType t = dtype_from_name(dtype_name);
+        const at::ScalarType t =
+            scalar_type_from_name(dtype_name, "xkernels._C.sycl.cpu_status: argument 'dtype_name'");
         std::string why;
         bool ok;
         {

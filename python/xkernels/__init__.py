@@ -30,6 +30,7 @@ except ImportError as e:  # pragma: no cover - depends on the installation
 __version__ = _C.__version__
 
 from . import nn, parity, reference, sycl
+from ._optimize import optimize
 from .backends import (
     BackendUnavailableError,
     backends,
@@ -42,7 +43,6 @@ from .backends import (
     use_backend,
     warmup,
 )
-from .nn import optimize
 from .ops import (
     conv2d,
     conv2d_packed,

@@ -10,7 +10,7 @@ import torch
 from torch import Tensor
 
 from . import _C, reference
-from .tolerances import DTYPES
+from .dtypes import DTYPES, accumulation_dtype
 
 _ops = torch.ops.xkernels
 
@@ -26,6 +26,42 @@ def _pair(v: _IntOr2, name: str, op: str) -> list[int]:
     if len(v) != 2:
         raise ValueError(f"xkernels.{op}: argument '{name}' must be an int or a pair of ints, got {v}")
     return v
+
+
+# ------------------------------------------------------------------ conv2d shape rules
+# conv2d's output size and 'same' padding in Python, written once for every Python caller: the fakes below (they
+# run on meta and fake tensors, with SymInt sizes under torch.compile, where no C++ function can be called), the
+# string padding of conv2d_relu / conv2d_packed, and xkernels.nn.conv2d_epilogue. The kernels' copy is C++
+# (csrc/shapes.cpp: conv2d_problem, conv2d_string_padding); tests/test_rules.py checks that the two agree.
+
+
+def _conv_out_size(size, kernel, stride, padding, dilation):
+    """One spatial output size of a convolution with symmetric `padding` (ints or SymInts)."""
+    return (size + 2 * padding - dilation * (kernel - 1) - 1) // stride + 1
+
+
+def _same_padding(kernel_size, dilation) -> tuple[list, list]:
+    """padding='same' per spatial dim as (symmetric padding, extra padding after): like aten, an odd total
+    puts the extra element after (bottom / right)."""
+    total = [d * (k - 1) for d, k in zip(dilation, kernel_size, strict=True)]
+    return [t // 2 for t in total], [t % 2 for t in total]
+
+
+def conv2d_output_shape(input_shape: Sequence[int], weight_shape: Sequence[int], stride, padding, dilation) -> list:
+    """F.conv2d's output shape for an input and a weight of these shapes (3-D or 4-D input; stride, padding and
+    dilation ints or pairs, padding also 'same' / 'valid'), for valid arguments: anything else gets the op's
+    own error when it runs."""
+    s, d = _pair(stride, "stride", "conv2d"), _pair(dilation, "dilation", "conv2d")
+    k = list(weight_shape[-2:])
+    if isinstance(padding, str):
+        p, extra = _same_padding(k, d) if padding == "same" else ([0, 0], [0, 0])
+    else:
+        p, extra = _pair(padding, "padding", "conv2d"), [0, 0]
+    spatial = [
+        _conv_out_size(n + e, ki, si, pi, di)
+        for n, e, ki, si, pi, di in zip(input_shape[-2:], extra, k, s, p, d, strict=True)
+    ]
+    return [*input_shape[:-3], weight_shape[0], *spatial]
 
 
 # ------------------------------------------------------------------ public functions
@@ -79,11 +115,7 @@ def _string_padding(input: Tensor, weight: Tensor, padding: str, stride: list[in
         raise ValueError(
             f"xkernels.{op}: padding='same' is not supported for strided convolutions, got stride {stride}"
         )
-    sym, extra = [], []
-    for d, k in zip(dilation, weight.shape[-2:], strict=True):
-        total = d * (k - 1)
-        sym.append(total // 2)
-        extra.append(total - 2 * (total // 2))
+    sym, extra = _same_padding(weight.shape[-2:], dilation)
     if extra != [0, 0]:
         input = torch.nn.functional.pad(input, (0, extra[1], 0, extra[0]))
     return input, sym
@@ -181,10 +213,6 @@ def layer_norm(
 # ------------------------------------------------------------------ fake implementations
 # Shape rules mirror csrc/shapes.cpp; the C++ checks produce the user-facing errors in eager
 # mode, these produce the same ones under torch.compile / export.
-
-
-def _stat_dtype(dtype: torch.dtype) -> torch.dtype:
-    return torch.float64 if dtype == torch.float64 else torch.float32
 
 
 def _check_dtype_supported(t: Tensor, arg: str, op: str) -> None:
@@ -318,8 +346,8 @@ def _conv_problem(input, weight, stride, padding, dilation, groups, op):
         Cg * groups == C,
         lambda: f"xkernels.{op}: argument 'weight' has shape {tuple(weight.shape)}: expected weight.size(1) = C/groups",
     )
-    OH = (H + 2 * padding[0] - dilation[0] * (KH - 1) - 1) // stride[0] + 1
-    OW = (W + 2 * padding[1] - dilation[1] * (KW - 1) - 1) // stride[1] + 1
+    OH = _conv_out_size(H, KH, stride[0], padding[0], dilation[0])
+    OW = _conv_out_size(W, KW, stride[1], padding[1], dilation[1])
     torch._check(
         OH > 0 and OW > 0,
         lambda: f"xkernels.{op}: argument 'weight': the dilated kernel size is larger than the padded input size",
@@ -460,7 +488,7 @@ def _layer_norm_forward_fake(input, normalized_shape, weight=None, bias=None, ep
                 list(t.shape) == list(normalized_shape),
                 lambda: f"xkernels.layer_norm: argument '{name}' must have shape normalized_shape",
             )
-    sd = _stat_dtype(input.dtype)
+    sd = accumulation_dtype(input.dtype)  # the statistics' dtype
     return (
         input.new_empty(input.shape),
         input.new_empty(stat, dtype=sd),

@@ -19,6 +19,8 @@ import torch.nn.functional as F
 from torch import Tensor
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from .dtypes import accumulation_dtype
+
 __all__ = [
     "fused_linear_relu",
     "conv2d",
@@ -125,13 +127,9 @@ def _t_conv2d_backward(grad_output, input, weight, stride, padding, dilation, gr
     return gi, gw if output_mask[1] else _empty(weight), gb if output_mask[2] else _empty(weight)
 
 
-def _stat_dtype(dtype):
-    return torch.float64 if dtype == torch.float64 else torch.float32
-
-
 def _t_layer_norm_forward(input, normalized_shape, weight=None, bias=None, eps=1e-5):
     out, mean, rstd = torch.ops.aten.native_layer_norm(input, list(normalized_shape), weight, bias, eps)
-    sd = _stat_dtype(input.dtype)
+    sd = accumulation_dtype(input.dtype)  # the statistics' dtype
     return out, mean.to(sd), rstd.to(sd)
 
 

@@ -95,10 +95,11 @@ from dataclasses import dataclass
 
 import torch
 
+from .dtypes import ACC_DTYPE, DTYPES, EXACT_INT_LIMIT, UNIT_ROUNDOFF
+
 # ------------------------------------------------------------------------------- policy 1: elementwise
 
-# The dtypes xkernels computes in (every op, every backend), each with its tolerances below.
-DTYPES: tuple[torch.dtype, ...] = (torch.float64, torch.float32, torch.float16, torch.bfloat16)
+# The dtypes xkernels computes in (every op, every backend; xkernels.dtypes), each with its tolerances below.
 
 # dtype -> (rtol, atol); see the module docstring for why.
 ELEMENTWISE: dict[torch.dtype, tuple[float, float]] = {
@@ -306,16 +307,8 @@ def within_budget(
 
 # ------------------------------------------------------------------------------ rigorous bounds
 
-# Unit roundoff of each dtype, and the dtype each accumulates in (README: half types in float32).
-UNIT_ROUNDOFF = {torch.float64: 2.0**-53, torch.float32: 2.0**-24, torch.float16: 2.0**-11, torch.bfloat16: 2.0**-8}
-ACC_DTYPE = {
-    torch.float64: torch.float64,
-    torch.float32: torch.float32,
-    torch.float16: torch.float32,
-    torch.bfloat16: torch.float32,
-}
-# Largest integer up to which every integer is exactly representable (2^digits).
-EXACT_INT_LIMIT = {torch.float64: 2**53, torch.float32: 2**24, torch.float16: 2**11, torch.bfloat16: 2**8}
+# Unit roundoff of each dtype (UNIT_ROUNDOFF), the dtype each accumulates in (ACC_DTYPE) and the largest integer
+# up to which every integer is exact (EXACT_INT_LIMIT): xkernels.dtypes, imported above.
 # Multiplies every accumulation bound: blocked/sub-group summation orders differ per backend.
 BOUND_SAFETY = 4.0
 

@@ -40,6 +40,13 @@ bool sycl_cuda_device_available(int index, std::string* why_not);
 
 // Which implementation runs an op on CPU tensors: Reference, Sycl or (explicitly selected) Acpp.
 Backend choose_cpu_backend(const char* op, at::ScalarType dtype);
+// The decision choose_cpu_backend makes, without checking an explicit request or recording it: the requested
+// backend, or under "auto" Sycl when the SYCL CPU device runs `dtype`, else Reference (`auto_fallback_reason`,
+// if given, then says why). xkernels._C.cpu_backend exports it to Python.
+Backend cpu_backend_choice(at::ScalarType dtype, std::string* auto_fallback_reason = nullptr);
+// "float32" | "float64" | "float16" | "bfloat16" (also torch's short names) -> ScalarType (the Python control
+// functions name dtypes so); throws ValueError naming `what` (e.g. "xkernels._C.cpu_backend: argument 'dtype_name'").
+at::ScalarType scalar_type_from_name(const std::string& name, const char* what);
 
 // Which implementation runs an op on CUDA tensors: Cuda (native, default) or Sycl
 // (SYCL through oneAPI's CUDA plugin, when selected). Implemented with the CUDA backend.
