@@ -12,9 +12,8 @@ up without being named here), plus every backend the environment requires:
 A backend that is unavailable and not required skips with the reason xkernels.backends() gives.
 
 A backend can be slow (a conformance backend such as AdaptiveCpp's): ``Backend.slow`` is True when
-its status says so (an attribute ``conformance_only`` or ``speed == "slow"``), else when its name
-is in XKERNELS_SLOW_BACKENDS (comma-separated, default "acpp"). Tests with big shapes use smaller
-ones or skip, with the reason, on slow backends.
+its name is in XKERNELS_SLOW_BACKENDS (comma-separated, default "acpp"). Tests with big shapes use
+smaller ones or skip, with the reason, on slow backends.
 """
 
 from __future__ import annotations
@@ -46,20 +45,11 @@ def is_required(name: str) -> bool:
     return name in required_backends()
 
 
-def _is_slow(name: str, status) -> bool:
-    if status is not None:
-        if getattr(status, "conformance_only", False):
-            return True
-        speed = getattr(status, "speed", None)
-        if speed is not None:
-            return speed == "slow"
+def _is_slow(name: str) -> bool:
     return name in _names(os.environ.get("XKERNELS_SLOW_BACKENDS", SLOW_BACKENDS_DEFAULT))
 
 
-def _device_type(name: str, status) -> str:
-    declared = getattr(status, "device_type", None) if status is not None else None
-    if declared:
-        return str(declared)
+def _device_type(name: str) -> str:
     return "cuda" if name == "cuda" else "cpu"  # every other backend runs CPU tensors
 
 
@@ -75,8 +65,8 @@ class Backend(str):
         self = super().__new__(cls, name)
         self.name = name
         self.status = status
-        self.device = torch.device(_device_type(name, status))
-        self.slow = _is_slow(name, status)
+        self.device = torch.device(_device_type(name))
+        self.slow = _is_slow(name)
         return self
 
 
@@ -110,7 +100,7 @@ def get(name: str) -> Backend:
 
 def device_of(name: str) -> torch.device:
     """The device backend `name` runs tensors on (for child processes, which have no fixture)."""
-    return Backend(name, xkernels.backends().get(name)).device
+    return torch.device(_device_type(name))
 
 
 def skip_if_slow(backend: Backend, why: str) -> None:
