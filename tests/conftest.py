@@ -9,8 +9,9 @@ CPU (cuda), that device is also torch's default device for the test, so the suit
 create their tensors there (unless the test is marked `explicit_device`).
 
 Test tiers, one switch: `python -m pytest` runs the default tier; `XKERNELS_TEST_TIER=full python -m pytest`
-the full tier (what .ci/run runs). The default tier deselects (pytest reports them as deselected, and the
-header says why) the tests that start compilers or builds (FULL_TIER_TESTS below), the tests of the
+the full tier (what .ci/run runs). The default tier deselects (pytest reports them as deselected, and says
+why after collecting) the tests that start compilers or builds or build kernels into a fresh kernel cache on
+purpose (FULL_TIER_TESTS below), the tests of the
 conformance backends (_backends.FULL_TIER_BACKENDS, i.e. acpp) unless XKERNELS_REQUIRE_BACKENDS names them,
 and the `slow` tests; its property-based tests run the "quick" hypothesis profile instead of "ci"
 (tests/hypothesis_profiles.py). Every op, dtype and layout runs in both tiers.
@@ -28,18 +29,37 @@ import xkernels
 
 import _backends
 
-# Tests only the full tier runs because they start a compiler or a build: file -> test functions (None: all).
+# Tests only the full tier runs, because they start a compiler or a build, or build kernels into an empty
+# kernel cache of their own on purpose (the cache's own tests: a warm cache cannot spare them the compiler):
+# file -> (why, the test functions; None: the whole file).
+COMPILER = "compiler or build"
+COLD_CACHE = "kernel builds into an empty cache"
 FULL_TIER_TESTS = {
-    "test_adaptivecpp_known_bugs.py": None,  # compiles reproducers with AdaptiveCpp's acpp
-    "test_cuda_compile.py": None,  # scripts/check_cuda_compile.sh: nvcc and g++
-    "test_cuda_stream_queue_header.py": None,  # g++ against the SYCL runtime's headers
-    "test_sanitizers.py": None,  # a CMake sanitizer build (and only with XKERNELS_RUN_SLOW=1)
-    "test_oneapi_build.py": {  # the rest of the file plans builds against fake toolchains, starting nothing
-        "test_planned_definitions_expand_to_the_strings_the_library_reports",  # g++
-        "test_launchers_parse_with_the_planned_definitions",  # g++ -fsyntax-only on the SYCL launchers
-        "test_cmake_runs_exactly_the_planned_commands",  # cmake + ninja
-        "test_setup_py_stops_with_the_planners_message",  # setup.py build_ext
-    },
+    "test_adaptivecpp_known_bugs.py": (COMPILER, None),  # compiles reproducers with AdaptiveCpp's acpp
+    "test_cuda_compile.py": (COMPILER, None),  # scripts/check_cuda_compile.sh: nvcc and g++
+    "test_cuda_stream_queue_header.py": (COMPILER, None),  # g++ against the SYCL runtime's headers
+    "test_sanitizers.py": (COMPILER, None),  # a CMake sanitizer build (and only with XKERNELS_RUN_SLOW=1)
+    "test_oneapi_build.py": (  # the rest of the file plans builds against fake toolchains, starting nothing
+        COMPILER,
+        {
+            "test_planned_definitions_expand_to_the_strings_the_library_reports",  # g++
+            "test_launchers_parse_with_the_planned_definitions",  # g++ -fsyntax-only on the SYCL launchers
+            "test_cmake_runs_exactly_the_planned_commands",  # cmake + ninja
+            "test_setup_py_stops_with_the_planners_message",  # setup.py build_ext
+        },
+    ),
+    "test_cache_robustness.py": (COLD_CACHE, None),  # processes racing, interrupted, on fresh caches
+    "test_sycl_runtime.py": (
+        COLD_CACHE,
+        {
+            "test_second_process_hits_cache",
+            "test_corrupted_cache_entry_rebuilt",
+            "test_warmup_compiles_all_groups",  # every kernel group of every dtype, cold
+            "test_concurrent_first_use_compiles_once",
+        },
+    ),
+    "test_custom_kernels.py": (COLD_CACHE, {"test_second_process_does_not_recompile"}),
+    "test_threads.py": (COLD_CACHE, {"test_first_use_compilation_happens_once_per_device"}),
 }
 # Tests outside the `backend` fixture that need a conformance backend: run wherever that backend runs.
 FULL_TIER_BACKEND_TESTS = {"test_cross_implementation.py": "acpp"}
@@ -63,9 +83,9 @@ def _full_tier_only(item) -> str | None:
         return "slow"
     name = item.path.name
     if name in FULL_TIER_TESTS:
-        only = FULL_TIER_TESTS[name]
+        why, only = FULL_TIER_TESTS[name]
         if only is None or getattr(item, "originalname", "") in only:
-            return "compiler or build"
+            return why
     if name in FULL_TIER_BACKEND_TESTS and not _backends.in_tier(FULL_TIER_BACKEND_TESTS[name]):
         return "conformance backend"
     return None
@@ -76,7 +96,7 @@ def pytest_collection_modifyitems(config, items):
     collected = {(i.path.name, getattr(i, "originalname", i.name)) for i in items}
     files = {f for f, _ in collected}
     stale = [
-        f"{f}::{t}" for f, ts in FULL_TIER_TESTS.items() if f in files for t in ts or () if (f, t) not in collected
+        f"{f}::{t}" for f, (_, ts) in FULL_TIER_TESTS.items() if f in files for t in ts or () if (f, t) not in collected
     ]
     if stale:
         raise pytest.UsageError(f"tests/conftest.py FULL_TIER_TESTS names tests that do not exist: {stale}")
