@@ -11,7 +11,7 @@ create their tensors there (unless the test is marked `explicit_device`).
 Test tiers, one switch: `python -m pytest` runs the default tier; `XKERNELS_TEST_TIER=full python -m pytest`
 the full tier (what .ci/run runs). The default tier deselects (pytest reports them as deselected, and says
 why after collecting) the tests that start compilers or builds or build kernels into a fresh kernel cache on
-purpose (FULL_TIER_TESTS below), the tests of the
+purpose, and two long soak/size tests (FULL_TIER_TESTS below), the tests of the
 conformance backends (_backends.FULL_TIER_BACKENDS, i.e. acpp) unless XKERNELS_REQUIRE_BACKENDS names them,
 and the `slow` tests; its property-based tests run the "quick" hypothesis profile instead of "ci"
 (tests/hypothesis_profiles.py). Every op, dtype and layout runs in both tiers.
@@ -29,11 +29,12 @@ import xkernels
 
 import _backends
 
-# Tests only the full tier runs, because they start a compiler or a build, or build kernels into an empty
-# kernel cache of their own on purpose (the cache's own tests: a warm cache cannot spare them the compiler):
-# file -> (why, the test functions; None: the whole file).
+# Tests only the full tier runs, because they start a compiler or a build, build kernels into an empty kernel
+# cache of their own on purpose (the cache's own tests: a warm cache cannot spare them the compiler), or are
+# long soak/size runs: file -> (why, the test functions; None: the whole file).
 COMPILER = "compiler or build"
 COLD_CACHE = "kernel builds into an empty cache"
+LONG = "long"
 FULL_TIER_TESTS = {
     "test_adaptivecpp_known_bugs.py": (COMPILER, None),  # compiles reproducers with AdaptiveCpp's acpp
     "test_cuda_compile.py": (COMPILER, None),  # scripts/check_cuda_compile.sh: nvcc and g++
@@ -60,6 +61,8 @@ FULL_TIER_TESTS = {
     ),
     "test_custom_kernels.py": (COLD_CACHE, {"test_second_process_does_not_recompile"}),
     "test_threads.py": (COLD_CACHE, {"test_first_use_compilation_happens_once_per_device"}),
+    "test_memory.py": (LONG, None),  # 10,000 forward+backward calls per op and backend, in child processes
+    "test_hostile.py": (LONG, {"test_more_than_2_31_elements"}),  # 12-27 s and up to 8.8 GB each (docs/reliability.md)
 }
 # Tests outside the `backend` fixture that need a conformance backend: run wherever that backend runs.
 FULL_TIER_BACKEND_TESTS = {"test_cross_implementation.py": "acpp"}
