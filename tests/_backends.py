@@ -12,9 +12,12 @@ up without being named here), plus every backend the environment requires:
 A backend that is unavailable and not required skips with the reason xkernels.backends() gives.
 
 A backend can be slow (a conformance backend such as AdaptiveCpp's): ``Backend.slow`` is True when
-its status says so (an attribute ``conformance_only`` or ``speed == "slow"``), else when its name
-is in XKERNELS_SLOW_BACKENDS (comma-separated, default "acpp"). Tests with big shapes use smaller
-ones or skip, with the reason, on slow backends.
+its name is in XKERNELS_SLOW_BACKENDS (comma-separated, default "acpp"). Tests with big shapes use
+smaller ones or skip, with the reason, on slow backends.
+
+Test tiers (XKERNELS_TEST_TIER, read by test_tier()): "default" (unset) runs every backend except the
+conformance backends of FULL_TIER_BACKENDS, which only "full" runs -- unless one of them is required,
+since a required backend is never left out. tests/conftest.py applies the tier.
 """
 
 from __future__ import annotations
@@ -46,21 +49,34 @@ def is_required(name: str) -> bool:
     return name in required_backends()
 
 
-def _is_slow(name: str, status) -> bool:
-    if status is not None:
-        if getattr(status, "conformance_only", False):
-            return True
-        speed = getattr(status, "speed", None)
-        if speed is not None:
-            return speed == "slow"
+def _is_slow(name: str) -> bool:
     return name in _names(os.environ.get("XKERNELS_SLOW_BACKENDS", SLOW_BACKENDS_DEFAULT))
 
 
-def _device_type(name: str, status) -> str:
-    declared = getattr(status, "device_type", None) if status is not None else None
-    if declared:
-        return str(declared)
+def _device_type(name: str) -> str:
     return "cuda" if name == "cuda" else "cpu"  # every other backend runs CPU tensors
+
+
+TIERS = ("default", "full")
+# Conformance backends: slow by design (AdaptiveCpp's OpenMP host device), run by the full tier only.
+FULL_TIER_BACKENDS = frozenset({"acpp"})
+
+
+def test_tier() -> str:
+    """The test tier: XKERNELS_TEST_TIER, "default" when unset or empty."""
+    tier = os.environ.get("XKERNELS_TEST_TIER", "").strip() or "default"
+    if tier not in TIERS:
+        raise ValueError(f"XKERNELS_TEST_TIER must be one of {', '.join(TIERS)}, got {tier!r}")
+    return tier
+
+
+test_tier.__test__ = False  # a helper, not a test (pytest collects test_* names from modules it imports)
+
+
+def in_tier(name: str) -> bool:
+    """Whether the tier runs backend `name`: every backend in the full tier; in the default tier every backend but
+    the conformance ones, which still run when required."""
+    return test_tier() == "full" or name not in FULL_TIER_BACKENDS or is_required(name)
 
 
 class Backend(str):
@@ -75,8 +91,8 @@ class Backend(str):
         self = super().__new__(cls, name)
         self.name = name
         self.status = status
-        self.device = torch.device(_device_type(name, status))
-        self.slow = _is_slow(name, status)
+        self.device = torch.device(_device_type(name))
+        self.slow = _is_slow(name)
         return self
 
 
@@ -88,8 +104,12 @@ def backend_names() -> list[str]:
 
 
 def backend_params() -> list:
-    """pytest params, one per backend_names(), each marked with the backend's name (-m "not sycl")."""
-    return [pytest.param(n, id=n, marks=[getattr(pytest.mark, n)]) for n in backend_names()]
+    """pytest params, one per backend_names(), each marked with the backend's name (-m "not sycl"), and with
+    `full_tier` where only the full tier runs the backend (tests/conftest.py deselects those in the default tier)."""
+    return [
+        pytest.param(n, id=n, marks=[getattr(pytest.mark, n)] + ([] if in_tier(n) else [pytest.mark.full_tier]))
+        for n in backend_names()
+    ]
 
 
 def get(name: str) -> Backend:
@@ -110,7 +130,7 @@ def get(name: str) -> Backend:
 
 def device_of(name: str) -> torch.device:
     """The device backend `name` runs tensors on (for child processes, which have no fixture)."""
-    return Backend(name, xkernels.backends().get(name)).device
+    return torch.device(_device_type(name))
 
 
 def skip_if_slow(backend: Backend, why: str) -> None:

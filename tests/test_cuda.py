@@ -1,8 +1,9 @@
-"""Native CUDA backend (csrc/cuda): parity with float64 torch and with the CPU reference
-backend for every op, forward and backward, in float64 / float32 / float16 / bfloat16;
-exact results on small-integer inputs; opcheck and gradcheck on CUDA tensors; memory
-formats; 64-bit indexing; stream ordering on a non-default stream and under
-torch.compile(mode="reduce-overhead") (CUDA graphs).
+"""Native CUDA backend (csrc/cuda), what the suites of the `backend` fixture do not already run on cuda: the
+CUDA kernels' own tiling paths (split-K, ragged tiles, warp- and block-per-row layer norm) against float64 torch
+and against the CPU reference backend, forward and backward, in float64 / float32 / float16 / bfloat16; exact
+results on small-integer inputs in every dtype; dispatch; 64-bit indexing; stream ordering on a non-default
+stream and under torch.compile(mode="reduce-overhead") (CUDA graphs). opcheck, gradcheck, strided views and
+memory formats run on cuda through test_opcheck.py, test_gradcheck.py and the op suites (test_<op>.py).
 
 Needs an NVIDIA GPU and xkernels built with the CUDA backend (XKERNELS_CUDA=ON); every test
 is skipped, with the reason, otherwise. scripts/gpu_check.sh runs this file on a GPU machine.
@@ -140,17 +141,6 @@ def test_fused_linear_relu_exact_small_integers(dtype):
     _exact("grad_bias", gb, g64.sum(0))
 
 
-def test_fused_linear_relu_masks_and_views():
-    base = _rand((9, 2 * 21 + 1), torch.float32, seed=8)
-    x = base[:, 1::2]  # non-contiguous, storage offset
-    w = _rand((6, 21), torch.float32, seed=9)
-    out = xkernels.fused_linear_relu(x, w, None)
-    _check("fused_linear_relu (strided input)", out, _linear_ref(x, w, None), _linear_ref(*_to64(x, w, None)))
-    dy = _rand(out.shape, torch.float32, seed=10)
-    gi, gw, gb = ops.fused_linear_relu_backward(dy, x, w, out, [False, True, False])
-    assert gi.numel() == 0 and gb.numel() == 0 and gw.shape == w.shape
-
-
 # ================================================================== conv2d
 CONV_CASES = [
     # N, C, H, W, O, KH, KW, stride, padding, dilation, groups, channels_last
@@ -247,22 +237,6 @@ def test_conv2d_exact_small_integers(dtype, case):
     assert gw.numel() == 0
 
 
-def test_conv2d_mixed_formats_and_views():
-    # NCHW input with a channels_last weight gives a channels_last output (PyTorch's rule).
-    x = _rand((2, 3, 12, 12), torch.float32, seed=16)[..., 1:, 2:]  # non-contiguous view
-    w = _rand((4, 3, 3, 3), torch.float32, seed=17).contiguous(memory_format=torch.channels_last)
-    ours = xkernels.conv2d(x, w, None, padding=1)
-    assert ours.is_contiguous(memory_format=torch.channels_last)
-    _check("conv2d (mixed formats)", ours, F.conv2d(x, w, padding=1), F.conv2d(*_to64(x, w), padding=1))
-    same = xkernels.conv2d(x, w, None, padding="same", dilation=2)
-    _check(
-        "conv2d padding='same'",
-        same,
-        F.conv2d(x, w, padding="same", dilation=2),
-        F.conv2d(*_to64(x, w), padding="same", dilation=2),
-    )
-
-
 # ================================================================== layer_norm
 LN_CASES = [  # input shape, normalized_shape
     ((4, 7), (7,)),
@@ -304,14 +278,6 @@ def test_layer_norm_forward_backward(dtype, shape, ns, affine):
     ref_g = torch.autograd.grad(ref, [t for t in (x64, w64, b64) if t is not None], dy.cpu().double())
     for name, o, t, r in zip(("grad_input", "grad_weight", "grad_bias"), ours_g, theirs_g, ref_g):
         _check(f"layer_norm {name}", o, t, r)
-
-
-def test_layer_norm_strided_input():
-    x = _rand((6, 40), torch.float32, seed=22).t()  # [40, 6], non-contiguous
-    w = _rand((6,), torch.float32, seed=23)
-    ours = xkernels.layer_norm(x, 6, w)
-    x64, w64 = _to64(x, w)
-    _check("layer_norm (transposed input)", ours, F.layer_norm(x, (6,), w), F.layer_norm(x64, (6,), w64))
 
 
 # ================================================================== vs the CPU reference backend
@@ -362,46 +328,6 @@ def test_matches_cpu_reference_backend(dtype):
     ]
     for n, o, r in zip(names, ours, ref):
         torch.testing.assert_close(o.cpu(), r, rtol=rtol, atol=atol, msg=lambda m, n=n: f"{n}: {m}")
-
-
-# ================================================================== opcheck / gradcheck
-def _opcheck_cases():
-    d = torch.float32
-    x, w, b = _rand((5, 8), d, seed=31), _rand((3, 8), d, seed=32), _rand((3,), d, seed=33)
-    out = xkernels.fused_linear_relu(x, w, b)
-    cx, cw, cb, kw = _conv_inputs(CONV_CASES[1], d, seed=34)
-    s, p_, dl, g = list(kw["stride"]), list(kw["padding"]), list(kw["dilation"]), kw["groups"]
-    cy = xkernels.conv2d(cx, cw, cb, **kw)
-    lx, lw, lb = _rand((4, 9), d, seed=35), _rand((9,), d, seed=36), _rand((9,), d, seed=37)
-    _, mean, rstd = ops.layer_norm_forward(lx, [9], lw, lb, 1e-5)
-    rg = lambda t: t.detach().clone().requires_grad_()  # noqa: E731
-    return [
-        (ops.fused_linear_relu.default, (rg(x), rg(w), rg(b))),
-        (ops.fused_linear_relu_backward.default, (torch.randn_like(out), x, w, out, [True, True, True])),
-        (ops.conv2d.default, (rg(cx), rg(cw), rg(cb), s, p_, dl, g)),
-        (ops.conv2d_backward.default, (torch.randn_like(cy), cx, cw, s, p_, dl, g, [True, True, True])),
-        (ops.layer_norm_forward.default, (rg(lx), [9], rg(lw), rg(lb), 1e-5)),
-        (ops.layer_norm_backward.default, (torch.randn_like(lx), lx, [9], mean, rstd, lw, lb, [True, True, True])),
-    ]
-
-
-@pytest.mark.parametrize("index", range(6))
-def test_opcheck_cuda(index):
-    op, args = _opcheck_cases()[index]
-    torch.library.opcheck(op, args)
-
-
-def test_gradcheck_float64_cuda():
-    d = torch.float64
-    x, w, b = (_rand(s, d, seed=i).requires_grad_() for i, s in enumerate([(4, 6), (5, 6), (5,)]))
-    with torch.no_grad():  # keep every pre-activation away from the ReLU kink
-        b += 3.0
-    assert torch.autograd.gradcheck(xkernels.fused_linear_relu, (x, w, b))
-    cx, cw, cb, kw = _conv_inputs(CONV_CASES[1], d, seed=40)
-    cx, cw, cb = (t.requires_grad_() for t in (cx, cw, cb))
-    assert torch.autograd.gradcheck(lambda a, bw, bb: xkernels.conv2d(a, bw, bb, **kw), (cx, cw, cb))
-    lx, lw, lb = (_rand(s, d, seed=50 + i).requires_grad_() for i, s in enumerate([(3, 7), (7,), (7,)]))
-    assert torch.autograd.gradcheck(lambda a, bw, bb: xkernels.layer_norm(a, 7, bw, bb), (lx, lw, lb))
 
 
 # ================================================================== dispatch and selection

@@ -12,8 +12,9 @@ Each result must lie within a rigorous floating-point error bound around the flo
 where n is the reduction length, u the unit roundoff of the output / accumulation dtype. With
 small-integer inputs whose sums are exactly representable, linear and conv results must be exact.
 
-Profiles (tests/hypothesis_profiles.py): HYPOTHESIS_PROFILE=ci (default, bounded, deterministic)
-or nightly (thousands of examples per test and backend); see docs/reliability.md.
+Profiles (tests/hypothesis_profiles.py): HYPOTHESIS_PROFILE=quick (the default tier's) or ci (the full
+tier's; both bounded, deterministic) or nightly (thousands of examples per test and backend); see
+docs/reliability.md.
 """
 
 from __future__ import annotations
