@@ -696,7 +696,7 @@ def _embed_commands() -> list[str]:
         obj = "CMakeFiles/_C.dir/generated/sycl_kernel_sources.cpp.o"
         cmds = _run(["ninja", "-C", str(BUILD), "-t", "commands", obj], TREE).stdout.strip().splitlines()
         targets = _run(["ninja", "-C", str(BUILD), "-t", "targets", "all"], TREE).stdout.splitlines()
-        so = [t.split(":")[0] for t in targets if re.search(r"_C\.[^/]*\.so: ", t)]
+        so = [t.split(":")[0] for t in targets if re.search(r"_C\.[^/]*\.so: ", t) and t.startswith("/")]
         if len(cmds) < 2 or len(so) != 1:
             raise RuntimeError(f"cannot find the kernel-embedding commands in {BUILD} (got {cmds!r}, {so!r})")
         link = _run(["ninja", "-C", str(BUILD), "-t", "commands", so[0]], TREE).stdout.strip().splitlines()[-1]
