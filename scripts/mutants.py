@@ -45,6 +45,7 @@ import platform
 import re
 import shlex
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -240,7 +241,7 @@ MUTANTS: list[Mutant] = [
         "python/xkernels/nn.py",
         "key = (w.data_ptr(), w._version, tuple(w.shape), w.dtype, w.device, backend)",
         "key = (w._version, tuple(w.shape), w.dtype, w.device, backend)",
-        "tests/test_conv2d_packed.py tests/test_nn.py",
+        "tests/test_packed_cache_key.py tests/test_conv2d_packed.py tests/test_nn.py",
         "packed-weight cache: the data pointer dropped from the key (.data replaced unseen)",
     ),
     M(
@@ -248,7 +249,7 @@ MUTANTS: list[Mutant] = [
         "python/xkernels/nn.py",
         "key = (w.data_ptr(), w._version, tuple(w.shape), w.dtype, w.device, backend)",
         "key = (w.data_ptr(), w._version, w.dtype, w.device, backend)",
-        "tests/test_conv2d_packed.py tests/test_nn.py",
+        "tests/test_packed_cache_key.py tests/test_conv2d_packed.py tests/test_nn.py",
         "packed-weight cache: the shape dropped from the key",
     ),
     M(
@@ -830,6 +831,15 @@ def machine() -> dict:
     return {"cpu": model, "isa": " ".join(flags), "cores": os.cpu_count()}
 
 
+def _meta(commit: str) -> dict:
+    return {
+        "date": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        "commit": commit,
+        "command": "python scripts/mutants.py",
+        **machine(),
+    }
+
+
 def load_results() -> dict:
     if RESULTS_JSON.is_file():
         return json.loads(RESULTS_JSON.read_text())
@@ -861,11 +871,12 @@ def write_markdown(state: dict) -> None:
         "small source change from the table in scripts/mutants.py, applied alone to a scratch copy of the",
         "checkout; `killed` names the first test that failed.",
         "",
-        f"- date: {meta.get('date', '?')}",
+        f"- date: {meta.get('date', '?')}"
+        + ("" if t.get("not run", 0) == 0 else f" (**partial**: {t['not run']} of {len(MUTANTS)} mutants not run yet)"),
         f"- commit: {meta.get('commit', '?')}",
         f"- CPU: {meta.get('cpu', '?')} ({meta.get('cores', '?')} logical CPUs; ISA: {meta.get('isa', '?')})",
-        f"- run time: {meta.get('seconds', 0) / 60:.1f} min for {meta.get('count', '?')} mutants "
-        f"({meta.get('command', '')})",
+        f"- run time: {sum(r.get('seconds', 0) for r in rows.values()) / 60:.1f} min for {len(rows)} mutants "
+        "(sum of the per-mutant times, rebuilds included; the first build of the scratch tree not counted)",
         f"- **kill rate: {100 * t['kill_rate']:.1f} %** ({sum(t.get(k, 0) for k in DETECTED)} of {t['ran']} run; "
         + ", ".join(
             f"{k}: {t[k]}"
@@ -929,6 +940,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--list", action="store_true", help="print the table and exit")
     ap.add_argument("--check", action="store_true", help="check every snippet occurs exactly once and exit")
     ap.add_argument("--no-write", action="store_true", help="do not update docs/mutants_results.md")
+    ap.add_argument("--resume", action="store_true", help="run only the mutants without a stored result")
+    ap.add_argument("--report", action="store_true", help="rewrite docs/mutants_results.md from the stored results")
     args = ap.parse_args(argv)
 
     if args.list:
@@ -944,13 +957,29 @@ def main(argv: list[str] | None = None) -> int:
     if args.check:
         print(f"{len(MUTANTS)} mutants, every snippet found exactly once")
         return 0
+    if args.report:
+        state = load_results()
+        if "meta" not in state:
+            commits = [r.get("commit", "?") for r in state["rows"].values()]
+            state["meta"] = _meta(max(set(commits), key=commits.count) if commits else "?")
+        write_markdown(state)
+        print_table(state["rows"], [m.id for m in MUTANTS])
+        print(f"wrote {RESULTS_MD.relative_to(ROOT)}")
+        return 0
     known = {m.id for m in MUTANTS}
     for i in args.only or []:
         if i not in known:
             print(f"unknown mutant id {i!r} (see --list)", file=sys.stderr)
             return 2
     todo = [m for m in MUTANTS if (not args.only or m.id in args.only) and not m.equivalent]
+    if args.resume:
+        done = load_results()["rows"]
+        todo = [m for m in todo if m.id not in done]
 
+    def _interrupted(signum, frame):  # SIGTERM: still revert the applied mutant (the finally below)
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, _interrupted)
     t_start = time.time()
     SCRATCH.mkdir(parents=True, exist_ok=True)
     TREE.mkdir(parents=True, exist_ok=True)
@@ -963,6 +992,10 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     state = load_results()
     commit = _git("rev-parse", "--short", "HEAD").strip() + ("+dirty" if _git("status", "--porcelain").strip() else "")
+    if not args.only and not args.resume:
+        state = {"rows": {}}
+    if not args.only or "meta" not in state:
+        state["meta"] = _meta(commit)
     tree = Tree()
     # Python first (no build), then kernel headers (re-embed only), then C++ (recompiles)
     order = {"python": 0, "kernel": 1, "cxx": 2}
@@ -989,15 +1022,6 @@ def main(argv: list[str] | None = None) -> int:
     if settle is not None:
         print("warning: rebuilding the unmodified scratch tree failed", file=sys.stderr)
     seconds = time.time() - t_start
-    if not args.only:
-        state["meta"] = {
-            "date": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
-            "commit": commit,
-            "seconds": seconds,
-            "count": len(MUTANTS),
-            "command": "python scripts/mutants.py",
-            **machine(),
-        }
     RESULTS_JSON.write_text(json.dumps(state, indent=1))
     print_table(state["rows"], [m.id for m in MUTANTS if not args.only or m.id in args.only])
     t = totals(state["rows"])
@@ -1006,7 +1030,7 @@ def main(argv: list[str] | None = None) -> int:
         f"survived {t.get('survived', 0)}, equivalent {t.get('equivalent', 0)}, not run {t.get('not run', 0)}; "
         f"{seconds / 60:.1f} min"
     )
-    if not args.no_write and state.get("meta"):
+    if not args.no_write:
         write_markdown(state)
         print(f"wrote {RESULTS_MD.relative_to(ROOT)}")
     return 0 if t.get("survived", 0) == 0 and t.get("build-failed", 0) == 0 and t.get("error", 0) == 0 else 1
