@@ -485,7 +485,7 @@ MUTANTS: list[Mutant] = [
         "csrc/sycl/kernels/conv2d.hpp",
         "const A b = last && bias != nullptr ? load<T>(bias, ch) : A(0);",
         "const A b = bias != nullptr ? load<T>(bias, ch) : A(0);",
-        f"{T_CONV} tests/test_conv2d_tiling.py -k sycl",
+        "tests/test_conv2d_tiling.py::test_tiling_does_not_change_bits",
         "SYCL conv2d (implicit GEMM): the bias added in every K block (twice or more when K is blocked)",
     ),
     M(

@@ -30,6 +30,7 @@ CASES = {
     "too-wide-padding0-only": ((1, 3, 4, 4), (1, 5), 1, (1, 0), 1),
     "too-wide-unbatched": ((3, 4, 4), (1, 5), 1, 0, 1),
     "too-wide-strided": ((1, 3, 6, 4), (2, 5), (2, 1), 0, 1),
+    "wide-fits-strided": ((1, 3, 6, 5), (2, 3), (2, 1), 0, 1),
     # height alone
     "too-tall": ((1, 3, 4, 4), (5, 1), 1, 0, 1),
     "tall-fits-exactly": ((1, 3, 4, 4), (4, 1), 1, 0, 1),
@@ -38,6 +39,7 @@ CASES = {
     "tall-fits-with-padding0": ((1, 3, 4, 4), (5, 1), 1, (1, 0), 1),
     "too-tall-padding1-only": ((1, 3, 4, 4), (5, 1), 1, (0, 1), 1),
     "too-tall-unbatched": ((3, 4, 4), (5, 1), 1, 0, 1),
+    "tall-fits-strided": ((1, 3, 5, 6), (3, 2), (1, 2), 0, 1),
     # both at the boundary (non-square input, dilation and padding per dimension)
     "both-exact": ((2, 2, 4, 5), (2, 3), 1, 0, (3, 2)),
     "both-exact-padded": ((2, 2, 3, 3), (3, 3), 1, (1, 1), (2, 2)),
