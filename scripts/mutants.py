@@ -428,7 +428,7 @@ MUTANTS: list[Mutant] = [
         "csrc/sycl/kernels/fused_linear_relu.hpp",
         "if constexpr (RELU) v = v < acc(0) ? acc(0) : v;  // NaN propagates, as torch.relu\n      C[row[i] * ldc + n]",
         "if constexpr (RELU) v = v > acc(0) ? v : acc(0);  // NaN propagates, as torch.relu\n      C[row[i] * ldc + n]",
-        f"{T_LIN} -k sycl",
+        f"tests/test_relu_nan_paths.py {T_LIN} -k sycl",
         "SYCL linear panel GEMM: ReLU turns NaN into 0",
     ),
     M(
