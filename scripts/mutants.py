@@ -395,7 +395,7 @@ MUTANTS: list[Mutant] = [
         "csrc/cpu/layer_norm.cpp",
         "acc var = (sq - sd * (sd / static_cast<acc>(N))) / static_cast<acc>(N);",
         "acc var = sq / static_cast<acc>(N);",
-        "tests/test_layer_norm.py tests/test_hostile.py -k reference",
+        "tests/test_layer_norm_stats.py tests/test_layer_norm.py tests/test_hostile.py -k reference",
         "reference layer_norm: the variance's correction term dropped",
     ),
     M(
@@ -536,6 +536,14 @@ MUTANTS: list[Mutant] = [
         "const A mu = mu0;",
         "tests/test_layer_norm.py tests/test_hostile.py -k sycl",
         "SYCL layer_norm: the mean's correction pass dropped",
+    ),
+    M(
+        "sycl-ln-variance-correction",
+        "csrc/sycl/kernels/layer_norm.hpp",
+        "A var = (sq - sd * (sd / static_cast<A>(N))) / static_cast<A>(N);",
+        "A var = sq / static_cast<A>(N);",
+        "tests/test_layer_norm_stats.py tests/test_layer_norm.py -k sycl",
+        "SYCL layer_norm: the variance's correction term dropped",
     ),
     M(
         "sycl-ln-eps-dropped",
