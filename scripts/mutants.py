@@ -115,7 +115,7 @@ MUTANTS: list[Mutant] = [
         "csrc/shapes.cpp",
         "XK_CHECK_VALUE(stride[0] > 0 && stride[1] > 0, op,",
         "XK_CHECK_VALUE(stride[0] > 0 && stride[1] >= 0, op,",
-        T_VAL,
+        f"{T_SIZE} -k argument_rules",
         "conv2d: stride[1] == 0 accepted",
     ),
     M(
@@ -123,7 +123,7 @@ MUTANTS: list[Mutant] = [
         "csrc/shapes.cpp",
         "XK_CHECK_VALUE(padding[0] >= 0 && padding[1] >= 0, op,",
         "XK_CHECK_VALUE(padding[0] >= 0 && padding[1] >= -1, op,",
-        T_VAL,
+        f"{T_SIZE} -k argument_rules",
         "conv2d: padding[1] == -1 accepted",
     ),
     M(

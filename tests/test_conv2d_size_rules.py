@@ -184,3 +184,32 @@ def test_fakes(cid):
             else:
                 got = op(fx, fw, fb, args["stride"], args["padding"], args["dilation"], 1)
                 assert got.shape == expected.shape, (op, cid)
+
+
+# stride / dilation must be positive and padding non-negative in EACH dimension: the bad value in the
+# second element only (the first element alone is covered by tests/test_validation.py).
+BAD_ARGS = {
+    "stride-w-zero": (dict(stride=(1, 0)), "stride"),
+    "stride-w-negative": (dict(stride=(2, -1)), "stride"),
+    "dilation-w-zero": (dict(dilation=(1, 0)), "dilation"),
+    "padding-w-minus-one": (dict(padding=(0, -1)), "padding"),
+    "stride-h-zero": (dict(stride=(0, 1)), "stride"),
+    "padding-h-minus-one": (dict(padding=(-1, 0)), "padding"),
+}
+
+
+@pytest.mark.parametrize("bad", list(BAD_ARGS))
+@pytest.mark.parametrize("op", ["conv2d", "conv2d_relu", "torch.ops.conv2d", "torch.ops.conv2d_relu"])
+def test_argument_rules_per_dimension(backend, op, bad):
+    kwargs, arg = BAD_ARGS[bad]
+    x, w, b = torch.randn(1, 3, 5, 5), torch.randn(2, 3, 1, 1), torch.randn(2)
+    with pytest.raises(RuntimeError):  # PyTorch rejects every one of them
+        F.conv2d(x, w, b, **kwargs)
+    args = dict(stride=(1, 1), padding=(0, 0), dilation=(1, 1)) | kwargs
+    if op.startswith("torch.ops."):  # the C++ checks directly, without the Python wrapper's
+        fn = getattr(torch.ops.xkernels, op.removeprefix("torch.ops."))
+        call = lambda: fn(x, w, b, args["stride"], args["padding"], args["dilation"], 1)  # noqa: E731
+    else:
+        call = lambda: getattr(xkernels, op)(x, w, b, **args)  # noqa: E731
+    with pytest.raises(ValueError, match=rf"xkernels\.conv2d(_relu)?: argument '{arg}'"):
+        call()
