@@ -483,8 +483,9 @@ MUTANTS: list[Mutant] = [
     M(
         "sycl-conv-igemm-bias-every-k-block",
         "csrc/sycl/kernels/conv2d.hpp",
-        "const A b = last && bias != nullptr ? load<T>(bias, ch) : A(0);",
-        "const A b = bias != nullptr ? load<T>(bias, ch) : A(0);",
+        "              A v = acc[r][q];\n              if (last) {\n                v = v + b;\n",
+        "              A v = acc[r][q];\n              v = v + (bias != nullptr ? load<T>(bias, ch) : A(0));\n"
+        "              if (last) {\n",
         "tests/test_conv2d_tiling.py::test_tiling_does_not_change_bits",
         "SYCL conv2d (implicit GEMM): the bias added in every K block (twice or more when K is blocked)",
     ),
