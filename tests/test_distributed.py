@@ -148,7 +148,9 @@ def _run_torchrun(tmp_path: Path, mode: str, backend: str) -> list[dict]:
 
 
 def _fnv1a(data: bytes) -> int:
-    h = 0xCBF29CE484222325
+    """csrc/sycl/disk_cache.cpp's fnv1a_file: FNV-1a 64 with its offset basis 1469598103934665603 (the standard
+    basis is 14695981039346656037; any fixed basis serves the integrity check, this one must match the C++)."""
+    h = 1469598103934665603
     for b in data:
         h = ((h ^ b) * 0x100000001B3) & 0xFFFFFFFFFFFFFFFF
     return h
