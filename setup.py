@@ -36,8 +36,8 @@ def _sycl_prefix():
     return ""
 
 
-# The torch versions xkernels is built and tested against (docs/compatibility.md,
-# scripts/check_torch_versions.sh): 2.11 through 2.15, on Python 3.10 through 3.13.
+# The torch range xkernels declares: 2.11 through 2.15, on Python 3.10 through 3.13. Which combinations
+# have been built and tested: docs/compatibility.md (scripts/check_torch_versions.sh).
 TESTED_TORCH = ">=2.11,<2.16"
 
 # Runtime dependencies besides torch. The SYCL runtime wheels are what the extension loads: the SYCL
