@@ -36,6 +36,42 @@ def _sycl_prefix():
     return ""
 
 
+# The torch range xkernels declares: 2.11 through 2.15, on Python 3.10 through 3.13. Which combinations
+# have been built and tested: docs/compatibility.md (scripts/check_torch_versions.sh).
+TESTED_TORCH = ">=2.11,<2.16"
+
+# Runtime dependencies besides torch. The SYCL runtime wheels are what the extension loads: the SYCL
+# runtime with its run-time kernel compiler, Unified Runtime (adapters), and Intel's OpenCL CPU runtime.
+# 2026.2.0's intel-cmplr-lib-ur ships no OpenCL adapter (no CPU device), so it is excluded. See the
+# shared SYCL notes.
+RUNTIME_REQUIRES = [
+    "intel-sycl-rt>=2025.3.3,!=2026.2.*",
+    "intel-cmplr-lib-ur>=2025.3.3,!=2026.2.*",
+    "intel-opencl-rt>=2025.3.3",
+    "numpy",
+    "rich>=13",
+]
+
+
+def _torch_requirement():
+    """torch pinned to the version in the build environment: the extension is compiled against that torch's C++
+    API and ABI, which change between releases, so a wheel runs with exactly that version (any build of it: CPU
+    or CUDA, the local label is not pinned). Without torch (metadata of a source distribution) the tested range."""
+    try:
+        import torch
+    except ImportError:
+        return f"torch{TESTED_TORCH}"
+    version = torch.__version__.split("+")[0]
+    try:
+        from packaging.specifiers import SpecifierSet
+    except ImportError:  # packaging is only needed for this warning
+        SpecifierSet = None
+    if SpecifierSet is not None and version not in SpecifierSet(TESTED_TORCH):
+        print(f"xkernels: WARNING: building against torch {version}, outside the tested range {TESTED_TORCH} "
+              "(docs/compatibility.md)", flush=True)
+    return f"torch=={version}"
+
+
 class CMakeExtension(Extension):
     def __init__(self, name):
         super().__init__(name, sources=[])
@@ -78,6 +114,7 @@ class CMakeBuild(build_ext):
 
 
 setup(
+    install_requires=[_torch_requirement(), *RUNTIME_REQUIRES],
     ext_modules=[CMakeExtension("xkernels._C")],
     cmdclass={"build_ext": CMakeBuild},
     package_data={"xkernels": ["py.typed"]},

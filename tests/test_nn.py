@@ -135,16 +135,84 @@ def test_conv2d_is_a_torch_conv2d_with_same_init_keys_and_repr():
     xm.load_state_dict(ref.state_dict())
 
 
+PADDING_MODES = ["zeros", "reflect", "replicate", "circular"]
+PADDING_MODE_CONFIGS = [
+    dict(kernel_size=3, padding=1),
+    dict(kernel_size=(3, 2), stride=(2, 1), padding=(2, 1), dilation=(1, 2)),
+    dict(kernel_size=4, padding="same"),  # odd total padding: torch puts the extra row/column right/bottom
+    dict(kernel_size=(2, 3), padding="same", dilation=(3, 2)),
+    dict(kernel_size=3, padding="valid", stride=2),
+    dict(kernel_size=3, padding=(0, 2), groups=2, bias=False),
+]
+
+
+@pytest.mark.parametrize("mode", PADDING_MODES)
+@pytest.mark.parametrize("cfg", PADDING_MODE_CONFIGS, ids=lambda c: ",".join(f"{k}={v}" for k, v in c.items()))
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+def test_conv2d_padding_modes_match_torch(backend, mode, cfg, dtype):
+    """Every padding_mode x padding form, forward and backward (input, weight, bias), against torch.nn.Conv2d."""
+    ref = nn.Conv2d(4, 6, padding_mode=mode, **cfg)
+    xm = xnn.Conv2d(4, 6, padding_mode=mode, **cfg)
+    assert xm._reversed_padding_repeated_twice == ref._reversed_padding_repeated_twice
+    _pair_modules(ref, xm, torch.randn(2, 4, 9, 8), dtype)
+
+
 @pytest.mark.parametrize("mode", ["reflect", "replicate", "circular"])
-def test_conv2d_rejects_other_padding_modes_clearly(mode):
-    with pytest.raises(ValueError, match=f"padding_mode' must be 'zeros', got '{mode}'"):
-        xnn.Conv2d(3, 4, 3, padding=1, padding_mode=mode)
-    with pytest.raises(ValueError, match="padding_mode"):
-        xnn.Conv2d.from_conv2d(nn.Conv2d(3, 4, 3, padding=1, padding_mode=mode))
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_conv2d_padding_modes_all_dtypes_unbatched_and_channels_last(backend, mode, dtype):
+    ref = nn.Conv2d(3, 5, 3, padding=(1, 2), padding_mode=mode)
+    xm = xnn.Conv2d(3, 5, 3, padding=(1, 2), padding_mode=mode)
+    _pair_modules(ref, xm, torch.randn(2, 3, 7, 6), dtype)
+    _pair_modules(ref, xm, torch.randn(3, 7, 6), dtype)  # unbatched
+    _pair_modules(ref, xm, torch.randn(2, 3, 7, 6).contiguous(memory_format=torch.channels_last), dtype)
+
+
+def test_conv2d_padding_mode_constructor_arguments_and_errors_as_torch():
+    """Every torch.nn.Conv2d constructor argument is taken (positionally too) with torch's result and errors."""
+    args = (4, 6, (3, 2), (2, 1), "valid", (1, 2), 2, False, "circular", "cpu", torch.float64)
+    torch.manual_seed(7)
+    ref = nn.Conv2d(*args)
+    torch.manual_seed(7)
+    xm = xnn.Conv2d(*args)
+    assert xm.bias is None and xm.weight.dtype == torch.float64 and xm.padding_mode == "circular"
+    assert torch.equal(xm.weight, ref.weight)
+    assert repr(xm) == "xkernels.nn." + repr(ref)
+    for bad in (dict(padding_mode="mirror"), dict(padding=1, groups=4), dict(padding="same", stride=2)):
+        kw = dict(kernel_size=3) | bad
+        with pytest.raises(ValueError) as want:
+            nn.Conv2d(4, 6, **kw)
+        with pytest.raises(ValueError) as got:
+            xnn.Conv2d(4, 6, **kw)
+        assert str(got.value) == str(want.value)
+    # F.pad's own error for a reflect padding wider than the input, as torch.nn.Conv2d raises it.
+    ref, xm = (
+        nn.Conv2d(1, 1, 3, padding=4, padding_mode="reflect"),
+        xnn.Conv2d(1, 1, 3, padding=4, padding_mode="reflect"),
+    )
+    x = torch.randn(1, 1, 3, 3)
+    with pytest.raises(RuntimeError, match="Padding size should be less than"):
+        ref(x)
+    with pytest.raises(RuntimeError, match="Padding size should be less than"):
+        xm(x)
+
+
+@pytest.mark.parametrize("mode", ["reflect", "replicate", "circular"])
+def test_conv2d_from_conv2d_and_optimize_keep_padding_mode(mode):
+    ref = nn.Sequential(nn.Conv2d(3, 4, 3, padding="same", padding_mode=mode), nn.ReLU())
+    x = torch.randn(2, 3, 6, 5)
+    xm = xnn.Conv2d.from_conv2d(ref[0])
+    assert xm.padding_mode == mode and xm.weight is ref[0].weight
+    rtol, atol = against_torch(torch.float32)
+    torch.testing.assert_close(xm(x), ref[0](x), rtol=rtol, atol=atol)
+    opt = xkernels.optimize(ref)
+    assert getattr(opt[0], "padding_mode", mode) == mode
+    torch.testing.assert_close(opt(x), ref(x), rtol=rtol, atol=atol)
     m = xnn.Conv2d(3, 4, 3, padding=1)
-    m.padding_mode = mode  # changed after construction: refused at call time, not silently ignored
-    with pytest.raises(ValueError, match="padding_mode"):
-        m(torch.randn(1, 3, 5, 5))
+    m.padding_mode = mode  # changed after construction, as on a torch.nn.Conv2d: the next call pads in it
+    t = nn.Conv2d(3, 4, 3, padding=1)
+    t.load_state_dict(m.state_dict())
+    t.padding_mode = mode
+    torch.testing.assert_close(m(x), t(x), rtol=rtol, atol=atol)
 
 
 def test_conv2d_unbatched_and_channels_last():
@@ -201,7 +269,7 @@ class Block(nn.Module):
         super().__init__()
         self.conv = nn.Conv2d(3, 8, 3, padding="same")
         self.norm = nn.LayerNorm([8, 6, 6])
-        self.keep = nn.Conv2d(8, 8, 3, padding=1, padding_mode="reflect")  # not supported: stays
+        self.keep = nn.Conv2d(8, 8, 3, padding=1, padding_mode="reflect")  # optimize() leaves it as it is
 
     def forward(self, x):
         return self.keep(self.norm(torch.relu(self.conv(x))))

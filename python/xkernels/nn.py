@@ -6,8 +6,8 @@
   backend, calls that need no gradient reuse a pre-packed copy of the weight (see the class docstring).
 - ``Conv2d`` / ``LayerNorm``: subclasses of ``torch.nn.Conv2d`` / ``torch.nn.LayerNorm`` (same
   constructor, parameters, state_dict, repr; ``isinstance(m, torch.nn.Conv2d)`` holds) whose
-  forward runs the xkernels op. Conv2d supports padding_mode='zeros' only (every padding form:
-  int, pair, 'same', 'valid').
+  forward runs the xkernels op. Conv2d takes every padding form (int, pair, 'same', 'valid') and every
+  padding_mode ('zeros', 'reflect', 'replicate', 'circular': padded as torch.nn.Conv2d pads).
 
 - ``FoldedConv2d`` (a Conv2d with an eval-mode BatchNorm2d folded in; inference only) and ``Conv2dEpilogue``
   (conv -> [residual add] -> ReLU through ``conv2d_epilogue()``, i.e. the fused op ``xkernels.conv2d_relu``):
@@ -175,7 +175,13 @@ def _unsupported_padding_mode(mode: str) -> ValueError:
 
 
 class Conv2d(nn.Conv2d):
-    """``torch.nn.Conv2d`` running the xkernels conv2d op (padding_mode='zeros' only).
+    """``torch.nn.Conv2d`` running the xkernels conv2d op.
+
+    Every ``torch.nn.Conv2d`` constructor argument is accepted with torch's meaning and validation. With
+    ``padding_mode`` 'reflect', 'replicate' or 'circular' the input is padded exactly as torch pads it
+    (``F.pad`` by ``_reversed_padding_repeated_twice``, which for ``padding='same'`` puts the odd extra element
+    on the right/bottom), then convolved by the xkernels op with padding 0; 'zeros' padding happens inside
+    the op.
 
     Pre-packed weight (opt-in: ``m.pack_weight = True`` or ``xkernels.optimize(model, pack_weights=True)``):
     calls that need no gradient, on the SYCL backend with CPU tensors, use ``conv2d_packed`` with a copy of
@@ -199,17 +205,13 @@ class Conv2d(nn.Conv2d):
         device: torch.device | str | None = None,
         dtype: torch.dtype | None = None,
     ) -> None:
-        if padding_mode != "zeros":
-            raise _unsupported_padding_mode(padding_mode)
         super().__init__(
             in_channels, out_channels, kernel_size, stride, padding, dilation, groups, bias, padding_mode, device, dtype
         )
 
     @classmethod
     def from_conv2d(cls, conv: nn.Conv2d) -> Conv2d:
-        """A Conv2d sharing `conv`'s Parameter objects (padding_mode must be 'zeros')."""
-        if conv.padding_mode != "zeros":
-            raise _unsupported_padding_mode(conv.padding_mode)
+        """A Conv2d sharing `conv`'s Parameter objects (and its padding and padding_mode)."""
         m = cls(
             conv.in_channels,
             conv.out_channels,
@@ -246,14 +248,17 @@ class Conv2d(nn.Conv2d):
         return super().train(mode)
 
     def _conv_forward(self, input: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
+        padding = self.padding
         if self.padding_mode != "zeros":
-            raise _unsupported_padding_mode(self.padding_mode)
+            # torch.nn.Conv2d's rule: pad explicitly in the padding mode, then convolve without padding.
+            input = F.pad(input, self._reversed_padding_repeated_twice, mode=self.padding_mode)
+            padding = (0, 0)
         packed = self._packed_weight(input) if weight is self.weight else None
         if packed is not None:
             return ops.conv2d_packed(
-                input, packed, weight.shape, bias, self.stride, self.padding, self.dilation, self.groups
+                input, packed, weight.shape, bias, self.stride, padding, self.dilation, self.groups
             )
-        return ops.conv2d(input, weight, bias, self.stride, self.padding, self.dilation, self.groups)
+        return ops.conv2d(input, weight, bias, self.stride, padding, self.dilation, self.groups)
 
     def _packed_weight(self, input: Tensor) -> Tensor | None:
         """The cached packed weight when this call can use it (see the class docstring), else None."""
