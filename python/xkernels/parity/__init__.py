@@ -32,13 +32,23 @@ where ``t`` is PyTorch's same-dtype result: a backend may be a small multiple of
 own error, plus a floor of a few ULPs of the tensor's magnitude (PyTorch's error can be
 accidentally tiny, and float64's is zero by construction, since the oracle is PyTorch).
 
+Comparing configurations (any model, xkernels or not)::
+
+    rep = xkernels.parity.compare(model, inputs, configs=["cpu", "cuda"])
+
+runs the model under each configuration (a device, a dtype or autocast setting, torch.compile
+or eager, an xkernels backend, xkernels.optimize(); combinable, e.g. "cuda+bf16-autocast+compile")
+and measures every module output and gradient of every side against the same float64 CPU oracle
+with the same per-module budgets, so that the report says which side diverges and where.
+
 The package: ``metrics`` (error of one tensor, the budget), ``dispatch`` (backend resolution and
-the dispatch record), ``ops`` (op level), ``model`` (model level across backends), ``report``
-(printing).
+the dispatch record), ``ops`` (op level), ``model`` (model level across backends), ``compare``
+(model level across configurations), ``report`` (printing).
 """
 
 from __future__ import annotations
 
+from .compare import CompareReport, Config, ConfigError, SideResult, compare, parse_config, plot
 from .dispatch import BackendSpec, backends_for_device, ran_elsewhere
 from .metrics import BUDGETS, Budget, TensorError, budget_for, mantissa_bits, min_exponent, tensor_error
 from .model import ModelBackendResult, ModelReport, ModuleEntry, check_model
@@ -67,4 +77,11 @@ __all__ = [
     "dispatch_table",
     "print_reports",
     "make_console",
+    "compare",
+    "Config",
+    "ConfigError",
+    "parse_config",
+    "CompareReport",
+    "SideResult",
+    "plot",
 ]
