@@ -108,11 +108,11 @@ class Config:
         """What PyTorch's same-dtype baseline depends on."""
         return (self.dtype, self.autocast, self.autocast_dtype)
 
-    def describe(self, device: torch.device | str | None = None) -> str:
-        """In words; `device`: the device the model's own device resolved to, where none is set."""
-        dev = self.device or device
+    def describe(self, device: torch.device | str | None = None, dtype: torch.dtype | None = None) -> str:
+        """In words; `device`, `dtype`: the model's own, for what this configuration leaves as it is."""
+        dev, dt = self.device or device, self.dtype or dtype
         parts = [str(dev) if dev else "model's device"]
-        parts.append(str(self.dtype).replace("torch.", "") if self.dtype else "model's dtype")
+        parts.append(str(dt).replace("torch.", "") if dt else "model's dtype")
         if self.autocast:
             parts.append(
                 f"autocast({str(self.autocast_dtype).replace('torch.', '') if self.autocast_dtype else 'default'})"
@@ -498,6 +498,7 @@ class SideResult(ModelBackendResult):
 
     config: Config | None = None
     device: str = ""
+    model_dtype: torch.dtype | None = None
     granularity: str = ""
     repeat_diffs: list | None = None  # None: not repeated; []: the second run reproduced the first
     not_compared: dict = field(default_factory=dict)  # module -> why
@@ -514,7 +515,7 @@ class SideResult(ModelBackendResult):
     def as_dict(self) -> dict:
         d = super().as_dict()
         d["config"] = self.backend
-        d["description"] = self.config.describe(self.device) if self.config else ""
+        d["description"] = self.config.describe(self.device, self.model_dtype) if self.config else ""
         d["device"] = self.device
         d["granularity"] = self.granularity
         d["deterministic"] = self.deterministic
@@ -534,6 +535,7 @@ class CompareReport:
     forward_rows: list = field(default_factory=list)  # (module, call, tensor, type) in the oracle's order
     backward_rows: list = field(default_factory=list)  # (kind, module, call, tensor, type) in the oracle's order
     seconds: float = 0.0
+    timings: dict = field(default_factory=dict)  # seconds per phase: baselines, sides, oracle
 
     @property
     def results(self) -> list[SideResult]:
@@ -554,6 +556,7 @@ class CompareReport:
             "baseline": "PyTorch eager on the CPU in each side's dtype setting (xkernels ops: PyTorch's)",
             "passed": self.passed,
             "seconds": self.seconds,
+            "timings": self.timings,
             "sides": [s.as_dict() for s in self.sides],
         }
 
@@ -577,7 +580,7 @@ class CompareReport:
         ):
             t.add_column(col, justify="right" if col == "first run" else "left")
         for s in self.sides:
-            desc = s.config.describe(s.device) if s.config else ""
+            desc = s.config.describe(s.device, s.model_dtype) if s.config else ""
             if s.error:
                 t.add_row(s.backend, desc, "[red]ERROR[/]", s.error, "", "", f"{s.seconds:.2f}s")
                 continue
@@ -655,6 +658,13 @@ class CompareReport:
                 )
         if details == "all" or (details == "failing" and not self.passed):
             c.print(self.detail_table())
+        if self.timings:
+            tm = {k: f"{v:.1f}s" for k, v in self.timings.items()}
+            runs = "twice" if any(s.repeat_diffs is not None for s in self.sides) else "once"
+            c.print(
+                f"[dim]{self.seconds:.1f}s: PyTorch baselines {tm.get('baselines')}, sides (each run {runs}) "
+                f"{tm.get('sides')}, float64 oracle and comparison {tm.get('oracle')}[/]"
+            )
 
     def plot(self, path) -> None:
         plot(self, path)
@@ -679,23 +689,33 @@ def plot(report, path) -> None:
         (axes[0], ("output",), "forward: module outputs (execution order)"),
         (axes[1], ("grad_output", "param_grad"), "backward: gradients (backward order)"),
     ):
+        # x: the module's position in the oracle's order (CompareReport), so every side lines up; a
+        # ModelReport has no such order and uses each side's own.
+        rows = getattr(report, "forward_rows", None) if kinds == ("output",) else getattr(report, "backward_rows", None)
+        if rows:
+            rows = [("output", *r) for r in rows] if kinds == ("output",) else rows
+            where = {(k, m, c, t): i for i, (k, m, c, t, _typ) in enumerate(rows)}
         for i, s in enumerate(sides):
             es = [e for e in s.entries if e.kind in kinds]
             if not es:
                 continue
             color = f"C{i}"
-            xs = list(range(len(es)))
-            rel = [max(e.error.max_abs / e.error.scale, 1e-18) if e.error.scale else 1e-18 for e in es]
-            bud = [max(e.error.budget / e.error.scale, 1e-18) if e.error.scale else 1e-18 for e in es]
-            ax.plot(xs, rel, "-", color=color, lw=1.2, label=f"{s.backend}: error")
-            ax.plot(xs, bud, "--", color=color, lw=0.8, alpha=0.7, label=f"{s.backend}: budget")
+            xs = [where.get((e.kind, e.module, e.call, e.tensor), k) for k, e in enumerate(es)] if rows else None
+            xs = xs or list(range(len(es)))
+            floor = 1e-16  # exact results (error 0) are drawn at 1e-16
+            rel = [max(e.error.max_abs / e.error.scale, floor) if e.error.scale else floor for e in es]
+            bud = [max(e.error.budget / e.error.scale, floor) if e.error.scale else floor for e in es]
+            order = sorted(range(len(xs)), key=lambda k: xs[k])
+            sx, sr, sb = [xs[k] for k in order], [rel[k] for k in order], [bud[k] for k in order]
+            ax.plot(sx, sr, "-" if len(xs) > 1 else "s", color=color, lw=1.2, label=f"{s.backend}: error")
+            ax.plot(sx, sb, "--" if len(xs) > 1 else "_", color=color, lw=0.8, alpha=0.7, label=f"{s.backend}: budget")
             first = next((k for k, e in enumerate(es) if not e.error.passed), None)
             if first is not None:
                 e = es[first]
-                ax.plot([first], [rel[first]], "o", ms=10, mfc="none", mec="red", mew=1.5)
+                ax.plot([xs[first]], [rel[first]], "o", ms=10, mfc="none", mec="red", mew=1.5)
                 ax.annotate(
                     f"{s.backend}: {e.label}",
-                    (first, rel[first]),
+                    (xs[first], rel[first]),
                     textcoords="offset points",
                     xytext=(6, 6 + 12 * i),
                     fontsize=8,
@@ -703,7 +723,7 @@ def plot(report, path) -> None:
                 )
         ax.set_yscale("log")
         ax.set_title(title, fontsize=10)
-        ax.set_xlabel("module index")
+        ax.set_xlabel("module index" + (" (oracle's order)" if rows else ""))
         ax.set_ylabel("max |x - oracle| / max |oracle|")
         ax.grid(True, which="major", alpha=0.3)
         ax.legend(fontsize=8, loc="best")
@@ -784,7 +804,7 @@ def compare(
     cfgs = [parse_config(c) for c in configs]
     if len({c.name for c in cfgs}) != len(cfgs):
         raise ConfigError(f"xkernels.parity.compare: configuration names repeat: {[c.name for c in cfgs]}")
-    _dtype, model_device = _model_dtype_device(model, inputs)
+    model_dtype, model_device = _model_dtype_device(model, inputs)
     devices = [c.device or model_device for c in cfgs]
     for c, d in zip(cfgs, devices):
         _check_available(c, d)
@@ -807,9 +827,11 @@ def compare(
             baselines[key] = None
             baseline_errors[key] = _first_line(e)
 
+    report.timings["baselines"] = time.perf_counter() - t_start
     traces: list[_Trace | None] = []
+    t_sides = time.perf_counter()
     for c, dev in zip(cfgs, devices):
-        side = SideResult(c.name, config=c, device=str(dev))
+        side = SideResult(c.name, config=c, device=str(dev), model_dtype=model_dtype)
         if c.compile is not None and c.compile_scope == "model":
             side.granularity = (
                 "compiled as a whole: forward compared at the model's outputs only; backward at "
@@ -845,6 +867,8 @@ def compare(
             side.note = " | ".join(x for x in (side.note, note) if x)
         traces.append(tr)
 
+    report.timings["sides"] = time.perf_counter() - t_sides
+    t_oracle = time.perf_counter()
     # The oracle, streamed: each tensor is compared with every side's as it is produced, then dropped.
     errs: list[dict] = [{} for _ in cfgs]
     base_of = [baselines.get(c.dtype_setting()) for c in cfgs]
@@ -852,6 +876,8 @@ def compare(
 
     def measure(kind, key, r, pick):
         tname = key[-1]
+        r = r.detach().to(device="cpu", dtype=torch.float64)
+        t_errs: dict[int, float] = {}  # PyTorch's error, once per baseline
         for i, tr in live:
             x = pick(tr).get(key)
             if x is None or x.dtype not in BUDGETS:
@@ -860,7 +886,12 @@ def compare(
                 continue
             b = base_of[i]
             t = pick(b).get(key) if b is not None else None
-            errs[i][(kind, key)] = tensor_error(tname, x, r, x.dtype, t, budget_factor, check_dtype=False)
+            if t is not None and tuple(t.shape) == tuple(r.shape) and id(b) not in t_errs:
+                t_errs[id(b)] = float(_abs_err(t, r).max()) if t.numel() else 0.0
+            t_err = t_errs.get(id(b)) if t is not None else None
+            errs[i][(kind, key)] = tensor_error(
+                tname, x, r, x.dtype, None, budget_factor, check_dtype=False, torch_max_abs=t_err
+            )
 
     def on_out(key, typ, r):
         report.forward_rows.append((*key, typ))
@@ -915,5 +946,6 @@ def compare(
         report.sides[i].entries = _assemble(tr, errs[i], rank, types)
     traces.clear()
     baselines.clear()
+    report.timings["oracle"] = time.perf_counter() - t_oracle
     report.seconds = time.perf_counter() - t_start
     return report

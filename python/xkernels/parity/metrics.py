@@ -95,10 +95,12 @@ def tensor_error(
     budget_factor: float = 1.0,
     note: str = "",
     check_dtype: bool = True,
+    torch_max_abs: float | None = None,
 ) -> TensorError:
     """Measures `x` (a backend's result) against the float64 oracle `r`, with the budget of
     `dtype` relative to `torch_result` (PyTorch's same-dtype result), if given. With
-    `check_dtype`, `x` must have dtype `dtype` (results traced as float64 copies pass False)."""
+    `check_dtype`, `x` must have dtype `dtype` (results traced as float64 copies pass False).
+    `torch_max_abs`: PyTorch's error max|t - r| where it is known already (instead of `torch_result`)."""
     r = r.detach().to(device="cpu", dtype=torch.float64)
     if tuple(x.shape) != tuple(r.shape):
         return TensorError(
@@ -131,7 +133,7 @@ def tensor_error(
         max_rel = float((err / mag).max())
     else:
         max_ulp = max_rel = 0.0
-    t_err = None
+    t_err = torch_max_abs  # PyTorch's error measured already (several results share one baseline)
     if torch_result is not None and torch_result.numel():
         t_err = float(_abs_err(torch_result, r).max())
     elif torch_result is not None:
