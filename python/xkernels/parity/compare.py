@@ -118,8 +118,9 @@ class Config:
                 f"autocast({str(self.autocast_dtype).replace('torch.', '') if self.autocast_dtype else 'default'})"
             )
         if self.compile is not None:
-            opts = ", ".join(f"{k}={v}" for k, v in self.compile.items())
-            parts.append(f"torch.compile per {'leaf module' if self.compile_scope == 'leaf' else 'model'}({opts})")
+            opts = [f"{k}={v}" for k, v in self.compile.items()]
+            scope = "each leaf module" if self.compile_scope == "leaf" else "whole model"
+            parts.append(f"torch.compile({', '.join([scope, *opts])})")
         else:
             parts.append("eager")
         if self.optimize:
