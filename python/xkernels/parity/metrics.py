@@ -81,6 +81,8 @@ def _abs_err(x: Tensor, r: Tensor) -> Tensor:
     anywhere else as an infinite error."""
     x = x.detach().to(device="cpu", dtype=torch.float64)
     d = (x - r).abs()
+    if d.numel() == 0 or bool(d.isfinite().all()):  # the usual case: no NaN/Inf in x or r
+        return d
     same_nonfinite = (x.isnan() & r.isnan()) | (x.isinf() & r.isinf() & (x.sign() == r.sign()))
     d = torch.where(same_nonfinite, torch.zeros_like(d), d)
     return torch.where(d.isnan(), torch.full_like(d, math.inf), d)
@@ -117,8 +119,11 @@ def tensor_error(
             f"shape {tuple(x.shape)} != expected {tuple(r.shape)}",
         )
     budget = budget_for(dtype)
-    finite_r = r[r.isfinite()]
-    scale = float(finite_r.abs().max()) if finite_r.numel() else 0.0
+    absr = r.abs()
+    scale = float(absr.max()) if r.numel() else 0.0
+    if not math.isfinite(scale):  # NaN/Inf in the oracle: the magnitude of its finite part
+        finite_r = absr[absr.isfinite()]
+        scale = float(finite_r.max()) if finite_r.numel() else 0.0
     if x.numel() == 0:
         err = torch.zeros(0, dtype=torch.float64)
     else:
@@ -127,7 +132,7 @@ def tensor_error(
     mant, emin = mantissa_bits(dtype), min_exponent(dtype)
     if err.numel():
         floor = max(scale * 2.0**-mant, 2.0 ** (emin - mant))
-        mag = r.abs().nan_to_num(nan=0.0, posinf=0.0).clamp_min(floor)
+        mag = absr.nan_to_num(nan=0.0, posinf=0.0).clamp_min(floor)
         ulp = torch.exp2(torch.floor(torch.log2(mag)).clamp_min(emin) - mant)
         max_ulp = float((err / ulp).max())
         max_rel = float((err / mag).max())
