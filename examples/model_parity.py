@@ -3,6 +3,7 @@
 As a factory for the command line (the factory returns (model, inputs)):
 
     python -m xkernels parity examples/model_parity.py:make --optimize
+    python -m xkernels parity examples/model_parity.py:make --configs eager,optimize,optimize+backend=sycl
 
 or as a script, which prints the module-by-module report of every backend:
 

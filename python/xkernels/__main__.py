@@ -4,7 +4,9 @@
                          every available backend for a standard set of shapes and dtypes against
                          the float64 oracle; exit status 1 if anything is outside its error budget
   info [--json]          versions, build configuration, backends, devices, kernel provider, cache
-  parity MODULE:FACTORY  model-level parity for a user factory returning (model, inputs)
+  parity MODULE:FACTORY  model-level parity for a user factory returning (model, inputs): across
+                         xkernels backends, or across configurations with --configs A,B
+                         (devices, dtypes / autocast, eager / compile, backends, optimize)
   warmup                 compile every SYCL kernel for every usable device now
   cache info|clear       the on-disk kernel cache
 
@@ -479,6 +481,11 @@ def run_parity(args) -> int:
             f"optimize(): {len(replaced)} replacement(s)"
             + "".join(f"\n  {n or '<model>'}: {a} -> {b}" for n, a, b in replaced)
         )
+    if args.configs:
+        return _run_compare(args, model, inputs, console)
+    if args.no_repeat or args.train:
+        console.print("xkernels parity: error: --no-repeat and --train go with --configs")
+        return EXIT_USAGE
     backends = args.backends.split(",") if args.backends else None
     rep = parity.check_model(
         model,
@@ -498,6 +505,9 @@ def run_parity(args) -> int:
     if args.json:
         Path(args.json).write_text(rep.to_json(indent=1))
         console.print(f"report written to {args.json}")
+    if args.plot:
+        parity.plot(rep, args.plot)
+        console.print(f"plot written to {args.plot}")
     if not rep.passed:
         console.print(
             "[bold red]FAILED[/]: "
@@ -516,6 +526,64 @@ def run_parity(args) -> int:
         )
         return EXIT_FAIL
     console.print("[bold green]OK[/]: every module output and gradient within the error budget")
+    return EXIT_OK
+
+
+def _run_compare(args, model, inputs, console) -> int:
+    """parity FACTORY --configs A,B: the model under each configuration against one float64 oracle."""
+    from . import parity
+
+    if args.backends:
+        console.print(
+            "xkernels parity: error: give either --backends or --configs (an xkernels backend is a "
+            "configuration: --configs backend=reference,backend=sycl)"
+        )
+        return EXIT_USAGE
+    specs = [c for c in args.configs.split(",") if c.strip()]
+    try:
+        configs = [parity.parse_config(c) for c in specs]
+        rep = parity.compare(
+            model,
+            inputs,
+            configs,
+            backward=not args.no_backward,
+            budget_factor=args.budget_scale,
+            repeat=not args.no_repeat,
+            train=args.train,
+            name=args.factory,
+        )
+    except parity.ConfigError as e:
+        console.print(f"xkernels parity: error: {e}")
+        return EXIT_UNAVAILABLE if "not available here" in str(e) else EXIT_USAGE
+    rep.print(console, details=args.details)
+    if args.json:
+        Path(args.json).write_text(rep.to_json(indent=1))
+        console.print(f"report written to {args.json}")
+    if args.plot:
+        rep.plot(args.plot)
+        console.print(f"plot written to {args.plot}")
+    if all(s.error for s in rep.sides):
+        console.print("[red]no configuration could run[/]")
+        return EXIT_UNAVAILABLE
+    if not rep.passed:
+        console.print(
+            "[bold red]FAILED[/]: "
+            + "; ".join(
+                f"{s.backend}: "
+                + (
+                    f"first divergence at {s.first_forward_divergence.label} (forward)"
+                    if s.first_forward_divergence
+                    else f"first divergence at {s.first_backward_divergence.label} "
+                    f"({s.first_backward_divergence.kind} {s.first_backward_divergence.tensor})"
+                    if s.first_backward_divergence
+                    else (s.error or s.note or "?")
+                )
+                for s in rep.sides
+                if not s.passed
+            )
+        )
+        return EXIT_FAIL
+    console.print("[bold green]OK[/]: every side's module outputs and gradients within the error budget")
     return EXIT_OK
 
 
@@ -657,6 +725,17 @@ def build_parser() -> argparse.ArgumentParser:
     )
     pa.add_argument("--budget-scale", type=_positive_float, default=1.0, help="multiply every error budget")
     pa.add_argument("--json", metavar="PATH", help="also write the full report as JSON")
+    pa.add_argument(
+        "--configs",
+        metavar="A,B,...",
+        help="compare configurations instead of xkernels backends: each a '+'-joined list of a device (cpu, "
+        "cuda, cuda:1, xpu, mps), fp32/fp64/fp16/bf16, bf16-autocast/fp16-autocast, eager or "
+        "compile[:OPT=VAL...], backend=NAME, torch-ops, optimize; e.g. cpu,cuda or eager,compile or "
+        "fp32,bf16-autocast",
+    )
+    pa.add_argument("--plot", metavar="FILE", help="plot error against module index for every side (matplotlib)")
+    pa.add_argument("--no-repeat", action="store_true", help="with --configs: run each side once (no run-to-run check)")
+    pa.add_argument("--train", action="store_true", help="with --configs: train mode, same seed (default: eval())")
     sub.add_parser("warmup", help="compile every SYCL kernel for every usable device now")
     ca = sub.add_parser("cache", help="the on-disk kernel cache")
     ca.add_argument("action", choices=("info", "clear"))
