@@ -25,6 +25,7 @@ from collections.abc import Callable
 
 import torch
 from torch import Tensor, nn
+from torch.nn import functional as F
 
 from . import _C, ops
 
