@@ -41,6 +41,7 @@ FULL_TIER_TESTS = {
     "test_cuda_stream_queue_header.py": (COMPILER, None),  # g++ against the SYCL runtime's headers
     "test_cuda_sim_hostile.py": (COMPILER, None),  # g++ builds the CUDA kernels' CPU simulator (tests/_cuda_sim.py)
     "test_cuda_sim_layer_norm.py": (COMPILER, None),  # the same simulator, layer_norm's launch modes
+    "test_build_linkage.py": (COMPILER, {"test_checker_tells_static_from_shared"}),  # g++ links two libraries
     "test_sanitizers.py": (COMPILER, None),  # a CMake sanitizer build (and only with XKERNELS_RUN_SLOW=1)
     "test_oneapi_build.py": (  # the rest of the file plans builds against fake toolchains, starting nothing
         COMPILER,

@@ -16,13 +16,11 @@ NAMES = ("input", "weight", "bias", "residual")
 
 
 def _tensors(dtype, seed=0):
+    """Drawn on the CPU (the same values on every backend), then on torch's default device (the backend's)."""
     g = torch.Generator().manual_seed(seed)
-    x = torch.randn(2, 4, 6, 5, generator=g, dtype=torch.float64).to(dtype)
-    w = torch.randn(6, 2, 3, 3, generator=g, dtype=torch.float64).to(dtype)
-    b = torch.randn(6, generator=g, dtype=torch.float64).to(dtype)
-    r = torch.randn(2, 6, 6, 5, generator=g, dtype=torch.float64).to(dtype)
-    dy = torch.randn(2, 6, 6, 5, generator=g, dtype=torch.float64).to(dtype)
-    return x, w, b, r, dy
+    shapes = [(2, 4, 6, 5), (6, 2, 3, 3), (6,), (2, 6, 6, 5), (2, 6, 6, 5)]
+    dev = torch.get_default_device()
+    return tuple(torch.randn(s, generator=g, dtype=torch.float64, device="cpu").to(dtype).to(dev) for s in shapes)
 
 
 ARGS = dict(stride=1, padding=(1, 1), dilation=1, groups=2)
