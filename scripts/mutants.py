@@ -206,8 +206,8 @@ MUTANTS: list[Mutant] = [
     M(
         "ops-fake-output-width-stride",
         "python/xkernels/ops.py",
-        "OW = (W + 2 * padding[1] - dilation[1] * (KW - 1) - 1) // stride[1] + 1",
-        "OW = (W + 2 * padding[1] - dilation[1] * (KW - 1) - 1) // stride[0] + 1",
+        "OW = _conv_out_size(W, KW, stride[1], padding[1], dilation[1])",
+        "OW = _conv_out_size(W, KW, stride[0], padding[1], dilation[1])",
         f"{T_SIZE} -k fakes",
         "conv2d fake (meta shapes): the output width divides by stride[0]",
     ),

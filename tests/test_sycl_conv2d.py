@@ -22,6 +22,7 @@ from __future__ import annotations
 import pytest
 import torch
 import torch.nn.functional as F
+from torch._subclasses.fake_tensor import FakeTensorMode
 
 import xkernels
 from xkernels.tolerances import DTYPES, assert_close, between_backends
@@ -93,12 +94,14 @@ def _formats(t):
 
 
 def _declared(x, w, b, stride, padding, dilation, groups, grad_out):
-    """What the registered fakes (python/xkernels/ops.py) declare: the layout contract."""
-    meta = [None if t is None else t.to("meta") for t in (x, w, b, grad_out)]
-    out = torch.ops.xkernels.conv2d(meta[0], meta[1], meta[2], stride, padding, dilation, groups)
-    grads = torch.ops.xkernels.conv2d_backward(
-        meta[3], meta[0], meta[1], stride, padding, dilation, groups, [True, True, True]
-    )
+    """What the registered fakes (python/xkernels/ops.py) declare: the layout contract. Fake tensors keep
+    the real device (the format rule is ATen's for that device and dtype); meta tensors would not."""
+    with FakeTensorMode() as mode:
+        fake = [None if t is None else mode.from_tensor(t) for t in (x, w, b, grad_out)]
+        out = torch.ops.xkernels.conv2d(fake[0], fake[1], fake[2], stride, padding, dilation, groups)
+        grads = torch.ops.xkernels.conv2d_backward(
+            fake[3], fake[0], fake[1], stride, padding, dilation, groups, [True, True, True]
+        )
     return out, grads
 
 

@@ -1,5 +1,6 @@
 // Compile check (no torch): every fused_linear_relu kernel instantiation of csrc/cuda/fused_linear_relu.cu.
 #include "compile_check/instantiate.cuh"
+#include "kernels/elementwise.cuh"
 #include "kernels/fused_linear_relu.cuh"
 
 namespace xkernels::cuda::compile_check {
@@ -12,6 +13,8 @@ struct LinearKernels {
     add_gemm<T, k::MaskedGradA<T>, k::RowMajorB<T>, k::StoreMatrix<T>>(out);
     add_gemm<T, k::MaskedGradTA<T>, k::RowMajorB<T>, k::StoreMatrix<T>>(out);
     add_column_sum<k::acc_t<T>, false, k::MaskedGradColumns<T>, k::StoreVector<T>>(out);
+    // The masked gradient written out for the cuBLASLt backward (fused_linear_relu.cu, run_materialize).
+    out.push_back(reinterpret_cast<const void*>(&k::materialize_kernel<T, k::MaskedGrad<T>>));
   }
 };
 }  // namespace
