@@ -238,15 +238,22 @@ def _freezing_provider() -> Provider:
     return Provider("torch.compile+freezing", prepare)
 
 
-def _xkernels_provider(backend: str, status) -> Provider:
+def _xkernels_provider(backend: str, status, memory_format: str = "auto") -> Provider:
+    """xkernels.optimize(model) (its defaults; pack_weights for inference) on `backend`; with memory_format
+    "preserve", the same with optimize(..., memory_format="preserve"): the model in the format it comes in
+    (NCHW here), for the side-by-side measurement of optimize()'s channels_last choice."""
+
     def prepare(case, model, t):
         if backend == "cuda":
             raise Skip("CPU models (the cuda backend runs CUDA tensors)")
+        if memory_format != "auto" and not any(isinstance(m, nn.Conv2d) for m in model.modules()):
+            raise Skip("no convolutions: the memory format choice does not apply")
         infer = case.mode == "infer"
-        opt = xkernels.optimize(model, pack_weights=infer)
+        opt = xkernels.optimize(model, pack_weights=infer, memory_format=memory_format)
         return Runner(opt, opt, infer, ctx=lambda: xkernels.use_backend(backend), target=t)
 
-    return Provider(f"xkernels[{backend}]", prepare, status.available, status.reason, xkernels=True)
+    name = f"xkernels[{backend}]" + ("" if memory_format == "auto" else f" memory_format={memory_format}")
+    return Provider(name, prepare, status.available, status.reason, xkernels=True)
 
 
 # No IPEX provider: intel-extension-for-pytorch 2.8.0 (the newest on PyPI) requires torch 2.8.*, and xkernels does
@@ -260,6 +267,8 @@ def all_providers(names: list[str] | None) -> list[Provider]:
     st = xkernels.backends()
     provs = [_torch_provider(), _compile_provider(), _freezing_provider()]
     provs += [_xkernels_provider(b, st[b]) for b in ("sycl", "cuda", "reference") if b in st]
+    if "sycl" in st:
+        provs.append(_xkernels_provider("sycl", st["sycl"], memory_format="preserve"))
 
     def named(p, names):
         return p.name in names or p.name.split("[")[-1].rstrip("]") in names or p.name.split()[0] in names

@@ -99,3 +99,20 @@ def test_compile_layer_norm_out(backend):
     torch.testing.assert_close(out_c, out_e)
     torch.testing.assert_close(y_c, y_e)
     torch.testing.assert_close(out_e, xkernels.layer_norm(x, [7], w))
+
+
+def test_layer_norm_out_decomposition(backend):
+    """The CompositeImplicitAutograd kernel that torch versions without torch.Tag.out (2.11, 2.12) trace under
+    torch.compile (python/xkernels/ops.py): the eager out= result bit for bit, `out` returned, and the same
+    argument errors. Called directly, so it is checked on every torch, not only where it is registered."""
+    from xkernels.ops import _layer_norm_out_decomposed
+
+    x, w, b = torch.randn(4, 3, 9), torch.randn(9), torch.randn(9)
+    out_d, out_e = torch.empty(4, 3, 9), torch.empty(4, 3, 9)
+    with torch.no_grad():
+        r = _layer_norm_out_decomposed(x, [9], w, b, 1e-3, out=out_d)
+        xkernels.layer_norm(x, [9], w, b, 1e-3, out=out_e)
+    assert r is out_d
+    assert torch.equal(out_d, out_e)
+    with pytest.raises((RuntimeError, ValueError), match=r"xkernels\.layer_norm: argument 'out' .*\[4, 3, 8\]"):
+        _layer_norm_out_decomposed(x, [9], w, b, 1e-3, out=torch.empty(4, 3, 8))

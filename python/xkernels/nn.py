@@ -191,6 +191,12 @@ class Conv2d(nn.Conv2d):
     ``m.invalidate_packed_weight()`` drops it)."""
 
     pack_weight: bool = False
+    # Set by ``xkernels.optimize(..., memory_format="channels_last")``: a 4-D input in another format is made
+    # channels_last before the convolution (a no-op check for inputs already so, which after the first
+    # convolution of a model they all are: the op's output follows ATen's format rule). float64 is left as it
+    # comes: ATen computes float64 convolutions in contiguous format on CPU and cuDNN, so converting would
+    # only add a copy per layer.
+    channels_last: bool = False
 
     def __init__(
         self,
@@ -248,7 +254,14 @@ class Conv2d(nn.Conv2d):
             )
         return super().train(mode)
 
+    def _layout(self, input: Tensor) -> Tensor:
+        """The input in the format this module was set to run in (``channels_last``), else as it is."""
+        if self.channels_last and input.dim() == 4 and input.dtype != torch.float64:
+            return input.contiguous(memory_format=torch.channels_last)
+        return input
+
     def _conv_forward(self, input: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
+        input = self._layout(input)
         padding = self.padding
         if self.padding_mode != "zeros":
             # torch.nn.Conv2d's rule: pad explicitly in the padding mode, then convolve without padding.
@@ -272,7 +285,11 @@ class Conv2d(nn.Conv2d):
         self.__dict__.pop("_packed_cache", None)
 
     def extra_repr(self) -> str:
-        return super().extra_repr() + (", pack_weight=True" if self.pack_weight else "")
+        return (
+            super().extra_repr()
+            + (", pack_weight=True" if self.pack_weight else "")
+            + (", channels_last=True" if self.channels_last else "")
+        )
 
 
 def _conv_like(cls, conv: nn.Conv2d, bias: bool) -> Conv2d:
@@ -417,6 +434,7 @@ class Conv2dEpilogue(Conv2d):
         m.bias = conv.bias
         m.relu = bool(relu)
         m.pack_weight = getattr(conv, "pack_weight", False)
+        m.channels_last = getattr(conv, "channels_last", False)
         m.folded_batchnorm = getattr(conv, "folded_batchnorm", None)
         m.training = conv.training
         return m
@@ -424,6 +442,7 @@ class Conv2dEpilogue(Conv2d):
     def forward(self, input: Tensor, residual: Tensor | None = None) -> Tensor:
         if self.padding_mode != "zeros":
             raise _unsupported_padding_mode(self.padding_mode)
+        input = self._layout(input)
         return conv2d_epilogue(
             input,
             self.weight,

@@ -510,6 +510,24 @@ def _layer_norm_out_fake(input, normalized_shape, weight=None, bias=None, eps=1e
     return out  # written in place; no metadata change
 
 
+def _layer_norm_out_decomposed(input, normalized_shape, weight=None, bias=None, eps=1e-5, *, out):
+    """layer_norm.out as the functional op plus a copy into `out`: what torch.compile / AOT autograd trace on a
+    torch whose functionalization cannot take an out= custom op (see below). Eager calls never come here: the
+    op's backend and Autograd kernels take precedence over this CompositeImplicitAutograd one."""
+    _layer_norm_out_fake(input, normalized_shape, weight, bias, eps, out=out)  # the same argument checks
+    return out.copy_(torch.ops.xkernels.layer_norm(input, normalized_shape, weight, bias, eps))
+
+
+# torch 2.13 functionalizes ops tagged at::Tag::out (csrc/include/xkernels/torch_compat.h gives layer_norm.out
+# that tag where the headers have it). Older torch (2.11, 2.12: at::Tag::out_variant only) refuses a custom op
+# whose output aliases an input ("Tensor(a!) out -> Tensor(a!)") under torch.compile, but decomposes a mutating
+# op that has a CompositeImplicitAutograd kernel before it would refuse: give it this one there.
+_OUT_TAG = getattr(torch.Tag, "out", None)
+if _OUT_TAG is None or _OUT_TAG not in torch.ops.xkernels.layer_norm.out.tags:
+    _compat_lib = torch.library.Library("xkernels", "IMPL")
+    _compat_lib.impl("layer_norm.out", _layer_norm_out_decomposed, "CompositeImplicitAutograd")
+
+
 @torch.library.register_fake("xkernels::layer_norm_backward")
 def _layer_norm_backward_fake(grad_output, input, normalized_shape, mean, rstd, weight, bias, output_mask):
     _ln_stat_shape(input, normalized_shape, "layer_norm_backward")
