@@ -598,24 +598,18 @@ MUTANTS: list[Mutant] = [
     M(
         "sycl-provider-slot-key-part",
         "csrc/sycl/kernel_provider.cpp",
-        "file == o.file && part == o.part; }\n};\nstruct SlotKeyHash {\n  size_t operator()(const SlotKey& k) const {\n"
-        "    size_t h = std::hash<sycl::context>()(k.ctx);\n    h = h * 1000003u ^ std::hash<sycl::device>()(k.dev);\n"
-        "    h = h * 1000003u ^ std::hash<std::string>()(k.part);\n",
-        "file == o.file; }\n};\nstruct SlotKeyHash {\n  size_t operator()(const SlotKey& k) const {\n"
-        "    size_t h = std::hash<sycl::context>()(k.ctx);\n    h = h * 1000003u ^ std::hash<sycl::device>()(k.dev);\n",
+        'ctx, dev, group.file + "|" + part,',
+        'ctx, dev, group.file + "|",',
         "tests/test_sycl_runtime.py tests/test_fused_linear_relu.py tests/test_conv2d.py -k sycl",
-        "SYCL kernel provider cache: the part dropped from the slot key (equality and hash; dropping it from the "
-        "equality alone is not observable: libstdc++ compares the cached full hash, which includes the part, first)",
+        "SYCL kernel provider cache: the part (element type) dropped from a kernel group's build key",
     ),
     M(
-        "sycl-kernel-memo-key",
-        "csrc/sycl/kernel_memo.h",
-        "if (e.key == key && e.dev == dev && e.ctx == ctx) return e.kernel;",
-        "if (e.dev == dev && e.ctx == ctx) return e.kernel;",
+        "sycl-table-kernels-index",
+        "csrc/sycl/kernel_provider.cpp",
+        "if (const Kernel* k = kernels_[index].load(std::memory_order_acquire)) return *k;",
+        "if (const Kernel* k = kernels_[index / 2].load(std::memory_order_acquire)) return *k;",
         f"{T_LIN} {T_CONV} -k sycl",
-        "SYCL per-call-site kernel memo: the variant key dropped",
-        equivalent="the only call site (csrc/sycl/launch.h) passes key 0, and each memo is already one per "
-        "(kernel, element type) instantiation: the key never tells two kernels apart today",
+        "SYCL per-device table kernels: a cached kernel looked up under another instantiation's index",
     ),
 ]
 

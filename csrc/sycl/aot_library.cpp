@@ -4,6 +4,7 @@
 #include <c10/util/Exception.h>
 #include <dlfcn.h>
 
+#include <deque>
 #include <mutex>
 #include <sstream>
 
@@ -58,7 +59,7 @@ struct Loaded {
 };
 
 // Loads <extension dir>/<file>: dlopen (RTLD_LOCAL), the entry point, the interface version, the tables.
-Loaded load(const std::string& file) {
+Loaded load(const std::string& file, bool own_queue) {
   Loaded l;
   const std::string path = module_dir() + "/" + file;
   void* h = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
@@ -88,14 +89,14 @@ Loaded load(const std::string& file) {
     l.error = path + " was built from other kernel tables: " + bad;
     return l;
   }
-  l.lib = std::make_unique<AotLibrary>(lib);
+  l.lib = std::make_unique<AotLibrary>(lib, own_queue);
   return l;
 }
 
 const Loaded& loaded() {
   static const Loaded state = [] {
 #ifdef XKERNELS_WITH_ACPP
-    return load("libxkernels_acpp.so");
+    return load("libxkernels_acpp.so", /*own_queue=*/true);
 #else
     Loaded l;
     l.error = "xkernels was built without the acpp backend (AdaptiveCpp not found at build time; see README)";
@@ -105,9 +106,57 @@ const Loaded& loaded() {
   return state;
 }
 
+// One instantiation of a launcher library's tables. The icpx library submits to the DPC++ queue it is given
+// without handing back an event: the launch's event is a barrier behind it on that in-order queue. The acpp
+// library (no queue) has run the launch to completion when it returns.
+class AotKernel final : public Kernel {
+ public:
+  AotKernel(const AotLibrary* lib, size_t index, std::string label)
+      : lib_(lib), index_(index), label_(std::move(label)) {}
+
+  sycl::event launch(sycl::queue* q, int dims, const size_t* global, const size_t* local,
+                     std::span<const KernelArg> args) const override {
+    TORCH_CHECK(args.size() == 1 && args[0].data != nullptr, "xkernels: launch of ", label_,
+                ": a table kernel takes one argument, its parameter struct; ", args.size(), " given");
+    lib_->launch(index_, label_, dims, global, local, args[0].data, args[0].size, q);
+    return q ? q->ext_oneapi_submit_barrier() : sycl::event();
+  }
+  size_t work_group_limit(const sycl::queue*) const override { return lib_->traits().max_work_group_size; }
+
+ private:
+  const AotLibrary* lib_;
+  size_t index_;
+  std::string label_;
+};
+
+class AotTableKernels final : public TableKernels {
+ public:
+  AotTableKernels(const AotLibrary* lib, const xk_aot_library& raw, bool work_item_lanes)
+      : lib_(lib), work_item_lanes_(work_item_lanes) {
+    for (size_t i = 0; i < raw.count; ++i) {
+      const xk_aot_kernel& e = raw.kernels[i];
+      const std::string k = e.kernel ? e.kernel : "";
+      kernels_.emplace_back(lib, i, (k.rfind("xk::", 0) == 0 ? k.substr(4) : k) + "<" + (e.type ? e.type : "") + ">");
+    }
+  }
+  const DeviceTraits& traits() const override { return lib_->traits(); }
+  const Kernel& get(size_t index, TableEntry (*)()) override {
+    TORCH_CHECK(index < kernels_.size(), "xkernels: kernel instantiation ", index, " is not in the library");
+    return kernels_[index];
+  }
+  bool lanes_are_work_items() const override { return work_item_lanes_; }
+
+ private:
+  const AotLibrary* lib_;
+  bool work_item_lanes_;
+  std::deque<AotKernel> kernels_;  // stable addresses
+};
+
 }  // namespace
 
-AotLibrary::AotLibrary(const xk_aot_library* lib) : lib_(lib) {
+AotLibrary::~AotLibrary() = default;
+
+AotLibrary::AotLibrary(const xk_aot_library* lib, bool own_queue) : lib_(lib) {
   const xk_aot_device& d = lib->device;
   traits_.is_cpu = d.is_cpu != 0;
   traits_.fp64 = d.fp64 != 0;
@@ -116,6 +165,7 @@ AotLibrary::AotLibrary(const xk_aot_library* lib) : lib_(lib) {
   traits_.local_mem_bytes = d.local_mem_bytes;
   for (size_t i = 0; i < d.n_sub_group_sizes && i < 8; ++i) traits_.sub_group_sizes.push_back(d.sub_group_sizes[i]);
   traits_.name = d.name ? d.name : "";
+  kernels_ = std::make_unique<AotTableKernels>(this, *lib, own_queue);
 }
 
 std::string AotLibrary::implementation() const { return lib_->implementation ? lib_->implementation : ""; }
@@ -145,7 +195,7 @@ void AotLibrary::launch(size_t index, const std::string& label, int dims, const 
 
 const AotLibrary* sycl_aot_library(std::string* why_not) {
 #ifdef XKERNELS_SYCL_AOT
-  static const Loaded state = load(XKERNELS_SYCL_AOT_LIBRARY);
+  static const Loaded state = load(XKERNELS_SYCL_AOT_LIBRARY, /*own_queue=*/false);
   if (!state.lib && why_not) *why_not = state.error;
   return state.lib.get();
 #else
@@ -165,6 +215,8 @@ const AotLibrary& acpp_library() {
   TORCH_CHECK(l.lib, "xkernels: the acpp backend is unavailable: ", l.error);
   return *l.lib;
 }
+
+TableKernels& acpp_table_kernels() { return acpp_library().table_kernels(); }
 
 }  // namespace xkernels::sycl_backend
 

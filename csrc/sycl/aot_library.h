@@ -2,6 +2,7 @@
 // time from the same kernel tables (aot/launchers.cpp, aot/abi.h). Loaded on first use from the
 // directory of the extension, with RTLD_LOCAL so that its SYCL implementation's symbols stay its own.
 #pragma once
+#include <memory>
 #include <string>
 
 #include "sycl/runtime.h"
@@ -12,7 +13,10 @@ namespace xkernels::sycl_backend {
 
 class AotLibrary {
  public:
-  explicit AotLibrary(const xk_aot_library* lib);
+  // `own_queue`: the library runs on its own queue (acpp: its host device, whose sub-group lanes are
+  // work-items), else it submits to the DPC++ queues it is given (icpx).
+  AotLibrary(const xk_aot_library* lib, bool own_queue);
+  ~AotLibrary();
   const DeviceTraits& traits() const { return traits_; }
   std::string implementation() const;
   std::string flags() const;
@@ -22,10 +26,13 @@ class AotLibrary {
   // with queue == nullptr, on the library's own queue, run to completion (the acpp library).
   void launch(size_t index, const std::string& label, int dims, const size_t* global, const size_t* local,
               const void* params, size_t params_size, void* queue = nullptr) const;
+  // The library's kernels as the provider hands them out (one Kernel per instantiation index).
+  TableKernels& table_kernels() const { return *kernels_; }
 
  private:
   const xk_aot_library* lib_;
   DeviceTraits traits_;
+  std::unique_ptr<TableKernels> kernels_;
 };
 
 // The icpx-built launcher library (libxkernels_sycl_aot.so; builds with XKERNELS_SYCL_AOT), or nullptr with

@@ -155,7 +155,7 @@ at::Tensor pack_on_device(Launcher& L, const at::Tensor& weight, int64_t G, bool
   wpk = empty({G * npanels * pad * KH * KW * src_ch + 1}, weight.options());
   q.wpk = mptr<T>(wpk);
   // Source channels per work-group: about kPackElements elements each, and enough work-groups to share.
-  const int64_t S = lane_width<T>(L.traits(), L.is_acpp());
+  const int64_t S = lane_width<T>(L.traits(), L.lanes_are_work_items());
   const int64_t rows = std::max<int64_t>(1, Conv2dConfig::kPackElements / (pad * KH * KW));
   const int64_t by_groups = ceil_div(src_ch * G * npanels, Conv2dConfig::kTargetGroups);
   q.src_block = std::max<int64_t>(1, std::min({rows, by_groups, src_ch}));
@@ -246,7 +246,7 @@ template <typename T>
 void run_destination_gemm(Launcher& L, const Conv2dProblem& p, const at::Tensor& src, const at::Tensor& weight,
                           const at::Tensor& bias, at::Tensor& dst, bool transposed, const at::Tensor& res = {},
                           bool relu = false, const at::Tensor& prepacked = {}) {
-  const int64_t S = lane_width<T>(L.traits(), L.is_acpp());
+  const int64_t S = lane_width<T>(L.traits(), L.lanes_are_work_items());
   const int64_t G = p.groups;
   const int64_t dst_pg = transposed ? p.C_per_group() : p.O_per_group();
   const int64_t N = src.size(0), Cs = src.size(1), Hs = src.size(2), Ws = src.size(3);
@@ -414,7 +414,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> backward(Launcher L, const at::Te
   XK_DISPATCH_DEVICE_TYPES(go.scalar_type(), "conv2d_backward", [&] {
     using acc = xk::acc_t<T>;
     const auto acc_opts = go.options().dtype(c10::CppTypeToScalarType<acc>::value);
-    const int64_t S = lane_width<T>(L.traits(), L.is_acpp());
+    const int64_t S = lane_width<T>(L.traits(), L.lanes_are_work_items());
     if (mask[0]) {  // grad_input: transposed convolution of grad_output with the weight
       gi = empty({p.N, p.C, p.H, p.W}, input.options().memory_format(fmt));
       run_destination_gemm<T>(L, p, go, weight, at::Tensor(), gi, /*transposed=*/true);
@@ -540,7 +540,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> backward(Launcher L, const at::Te
 // divides it (16 or 8 lanes on CPUs; not the 32 of GPU warps).
 void check_pack_lanes(const char* op, const Launcher& L, at::ScalarType dtype) {
   int64_t S = 0;
-  XK_DISPATCH_DEVICE_TYPES(dtype, "conv2d", [&] { S = lane_width<T>(L.traits(), L.is_acpp()); });
+  XK_DISPATCH_DEVICE_TYPES(dtype, "conv2d", [&] { S = lane_width<T>(L.traits(), L.lanes_are_work_items()); });
   XK_CHECK(conv2d_pack_lanes(dtype) % S == 0, op, "packed conv2d weights are laid out for ", conv2d_pack_lanes(dtype),
            " lanes, but this device's conv2d kernels run ", S, " (use conv2d / conv2d_relu on this device)");
 }

@@ -58,14 +58,14 @@ enum class GemmVariant { Cpu, Gpu };
 
 // Lane width of the CPU kernels: 16 (one AVX-512 vector of fp32), or 8 on devices with 16 vector registers
 // (simd_lanes, kernel_table.h), whose tiles (PanelTile / DotTile<T, 8>) fit that register file; 16 under acpp.
-int cpu_lanes(const Launcher& L) { return L.is_acpp() ? 16 : simd_lanes(L.traits(), 16); }
+int cpu_lanes(const Launcher& L) { return L.lanes_are_work_items() ? 16 : simd_lanes(L.traits(), 16); }
 
 // The CPU kernels run work-groups of cpu_lanes lanes. Under DPC++ the lanes are one sub-group (SIMD lanes),
 // whose size the device must support; ahead-of-time builds (acpp) run them as 16 work-items (their lane
 // reduction is a work-group reduction), which every device can.
 bool cpu_kernels_run_on(const Launcher& L) {
   const auto& s = L.traits().sub_group_sizes;
-  return L.is_acpp() || std::find(s.begin(), s.end(), size_t(cpu_lanes(L))) != s.end();
+  return L.lanes_are_work_items() || std::find(s.begin(), s.end(), size_t(cpu_lanes(L))) != s.end();
 }
 
 // Calls f(std::integral_constant<int, S>) with the CPU kernels' lane width.

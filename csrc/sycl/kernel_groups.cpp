@@ -26,4 +26,13 @@ const KernelGroup& find_kernel_group(const char* file) {
   TORCH_CHECK(false, "xkernels: no kernel table for kernel file '", file ? file : "?", "'");
 }
 
+size_t table_instance_count() {
+  static const size_t n = [] {
+    size_t i = 0;
+    xk::for_each_instance([&](auto, auto, auto) { ++i; });
+    return i;
+  }();
+  return n;
+}
+
 }  // namespace xkernels::sycl_backend

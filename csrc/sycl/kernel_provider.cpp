@@ -7,10 +7,12 @@
 #include <ATen/ATen.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <unordered_map>
 
@@ -191,27 +193,61 @@ std::vector<std::string> group_parts(const KernelGroup& group, const DeviceTrait
   return parts;
 }
 
-// In-memory provider cache: one slot per (context, device, group, part), each built once.
+// A kernel of the runtime's kernel compiler, launched on a queue of its device.
+class RuntimeKernel final : public Kernel {
+ public:
+  RuntimeKernel(sycl::kernel k, std::string label) : k_(std::move(k)), label_(std::move(label)) {}
+
+  sycl::event launch(sycl::queue* q, int dims, const size_t* global, const size_t* local,
+                     std::span<const KernelArg> args) const override {
+    TORCH_CHECK(q != nullptr, "xkernels: kernel ", label_, " was compiled at run time and needs a queue");
+    validate_launch(*q, k_, label_, dims, global, local, args.size());
+    return q->submit([&](sycl::handler& h) {
+      for (size_t i = 0; i < args.size(); ++i) {
+        const int idx = static_cast<int>(i);
+        if (args[i].usm_pointer)
+          h.set_arg(idx, *static_cast<void* const*>(args[i].data));
+        else
+          h.set_arg(idx, syclex::raw_kernel_arg(args[i].data, args[i].size));
+      }
+      if (dims == 1)
+        h.parallel_for(sycl::nd_range<1>({global[0]}, {local[0]}), k_);
+      else if (dims == 2)
+        h.parallel_for(sycl::nd_range<2>({global[0], global[1]}, {local[0], local[1]}), k_);
+      else
+        h.parallel_for(sycl::nd_range<3>({global[0], global[1], global[2]}, {local[0], local[1], local[2]}), k_);
+    });
+  }
+
+  size_t work_group_limit(const sycl::queue* q) const override {
+    TORCH_CHECK(q != nullptr, "xkernels: kernel ", label_, " was compiled at run time and needs a queue");
+    return k_.get_info<sycl::info::kernel_device_specific::work_group_size>(q->get_device());
+  }
+
+ private:
+  sycl::kernel k_;
+  std::string label_;
+};
+
+// The provider's one in-memory cache: a slot per (context, device, build key), each built once. Built-in kernel
+// groups are keyed "<file>|<part>", user sources by user_kernels.cpp.
 struct SlotKey {
   sycl::context ctx;
   sycl::device dev;
-  std::string file;
-  std::string part;
-  bool operator==(const SlotKey& o) const { return ctx == o.ctx && dev == o.dev && file == o.file && part == o.part; }
+  std::string key;
+  bool operator==(const SlotKey& o) const { return ctx == o.ctx && dev == o.dev && key == o.key; }
 };
 struct SlotKeyHash {
   size_t operator()(const SlotKey& k) const {
     size_t h = std::hash<sycl::context>()(k.ctx);
     h = h * 1000003u ^ std::hash<sycl::device>()(k.dev);
-    h = h * 1000003u ^ std::hash<std::string>()(k.part);
-    return h * 1000003u ^ std::hash<std::string>()(k.file);
+    return h * 1000003u ^ std::hash<std::string>()(k.key);
   }
 };
 struct Slot {
-  std::mutex mu;  // held while this group compiles for this device; other groups compile in parallel
+  std::mutex mu;  // held while this build compiles for this device; other builds compile in parallel
   bool built = false;
-  std::unordered_map<std::string, sycl::kernel> kernels;
-  double seconds = 0;
+  KernelMap kernels;
 };
 
 std::mutex g_slots_mu;
@@ -220,73 +256,145 @@ std::unordered_map<SlotKey, std::shared_ptr<Slot>, SlotKeyHash>& slots() {
   return *m;
 }
 
-std::mutex g_build_log_mu;
-std::vector<std::pair<std::string, double>> g_build_log;  // every group build of this process
+std::shared_ptr<Slot> slot_of(const sycl::context& ctx, const sycl::device& dev, const std::string& key) {
+  std::lock_guard<std::mutex> lock(g_slots_mu);
+  auto& p = slots()[SlotKey{ctx, dev, key}];
+  if (!p) p = std::make_shared<Slot>();
+  return p;
+}
 
-// Returns the slot, built (compiling now if nobody has). `*compiled` says whether this call compiled.
-Slot& built_slot(const sycl::context& ctx, const sycl::device& dev, const KernelGroup& group, const std::string& part,
-                 bool* compiled) {
-  std::shared_ptr<Slot> slot;
-  {
-    std::lock_guard<std::mutex> lock(g_slots_mu);
-    auto& p = slots()[SlotKey{ctx, dev, group.file, part}];
-    if (!p) p = std::make_shared<Slot>();
-    slot = p;
-  }
+std::mutex g_build_log_mu;
+std::vector<std::pair<std::string, double>> g_build_log;  // every build of this process
+
+// The slot of `key`, built (compiling now if nobody has). `*seconds`: the time this call spent building.
+Slot& built_slot(const sycl::context& ctx, const sycl::device& dev, const std::string& key,
+                 const std::function<BuildSpec()>& make_spec, double* seconds) {
+  std::shared_ptr<Slot> slot = slot_of(ctx, dev, key);
   std::lock_guard<std::mutex> lock(slot->mu);
-  if (compiled) *compiled = false;
+  if (seconds) *seconds = 0;
   if (slot->built) return *slot;
-  const EmbeddedSource* src = find_source(group.file);
-  TORCH_CHECK(
-      src, "xkernels: kernel group '", group.file, "' has no embedded source (known: ",
-      [] {
-        std::vector<std::string> n;
-        for (const auto& s : embedded_kernel_sources()) n.push_back(s.name);
-        return join(n, ", ");
-      }(),
-      ")");
-  std::vector<std::string> names;
-  // The source: the kernel file, reached through its include file so that diagnostics in kernel
-  // bodies name it ("layer_norm.hpp:12:3: error: ..."), then the part's generated entry points.
-  std::string source = "#include \"" + group.file + "\"\n";
-  for (auto& e : group.entries(traits_of_device(dev)))
-    if (e.part == part) {
-      names.push_back(std::move(e.name));
-      source += e.definition;
-    }
-  const std::string label = part_label(group.file, part);
-  TORCH_CHECK(!names.empty(), "xkernels: kernel group '", label, "' has no kernels for device '",
-              dev.get_info<sycl::info::device::name>(), "'");
   const auto t0 = std::chrono::steady_clock::now();
-  const std::string source_note = pc::describe(device_choice(dev));
-  auto bundle = build_bundle(ctx, dev, label, source, names, build_options_for_runtime());
-  for (const auto& n : names) {
-    TORCH_CHECK(bundle.ext_oneapi_has_kernel(n), "xkernels: kernel group '", label, "' built, but it has no kernel '",
-                n, "'");
-    slot->kernels.emplace(n, bundle.ext_oneapi_get_kernel(n));
+  const BuildSpec spec = make_spec();
+  TORCH_CHECK(!spec.names.empty(), "xkernels: '", spec.label, "' has no kernels for device '",
+              dev.get_info<sycl::info::device::name>(), "'");
+  auto bundle = build_bundle(ctx, dev, spec.label, spec.source(), spec.names, spec.options);
+  for (const auto& n : spec.names) {
+    TORCH_CHECK(bundle.ext_oneapi_has_kernel(n), "xkernels: '", spec.label, "' built, but it has no kernel '", n, "'");
+    slot->kernels.emplace(n, std::make_unique<RuntimeKernel>(bundle.ext_oneapi_get_kernel(n), spec.label + ": " + n));
   }
-  note_group_source(dev, group.file, source_note);
-  slot->seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   slot->built = true;
   {
     std::lock_guard<std::mutex> log_lock(g_build_log_mu);
-    g_build_log.emplace_back(traits_of_device(dev).name + ": " + label, slot->seconds);
+    g_build_log.emplace_back(traits_of_device(dev).name + ": " + spec.label, s);
   }
-  if (compiled) *compiled = true;
+  if (seconds) *seconds = s;
   return *slot;
 }
 
+// The build of one part (element type) of a built-in kernel group. The source: the kernel file, reached through
+// its include file so that diagnostics in kernel bodies name it ("layer_norm.hpp:12:3: error: ..."), then the
+// part's generated entry points.
+Slot& built_group(const sycl::context& ctx, const sycl::device& dev, const KernelGroup& group,
+                  const std::string& part) {
+  return built_slot(
+      ctx, dev, group.file + "|" + part,
+      [&] {
+        TORCH_CHECK(
+            find_source(group.file), "xkernels: kernel group '", group.file, "' has no embedded source (known: ",
+            [] {
+              std::vector<std::string> n;
+              for (const auto& s : embedded_kernel_sources()) n.push_back(s.name);
+              return join(n, ", ");
+            }(),
+            ")");
+        BuildSpec spec;
+        spec.label = part_label(group.file, part);
+        std::string source = "#include \"" + group.file + "\"\n";
+        for (auto& e : group.entries(traits_of_device(dev)))
+          if (e.part == part) {
+            spec.names.push_back(std::move(e.name));
+            source += e.definition;
+          }
+        spec.source = [source] { return source; };
+        spec.options = build_options_for_runtime();
+        note_group_source(dev, group.file, pc::describe(device_choice(dev)));
+        return spec;
+      },
+      nullptr);
+}
+
+// The table kernels of one (context, device) that compiles at run time: a kernel per instantiation index, found
+// once (building its group's part on first use) and then read without a lock.
+class RuntimeTableKernels final : public TableKernels {
+ public:
+  RuntimeTableKernels(sycl::context ctx, sycl::device dev)
+      : ctx_(std::move(ctx)), dev_(std::move(dev)), kernels_(table_instance_count()) {}
+
+  const DeviceTraits& traits() const override { return traits_of_device(dev_); }
+
+  const Kernel& get(size_t index, TableEntry (*entry)()) override {
+    TORCH_CHECK(index < kernels_.size(), "xkernels: kernel instantiation ", index, " out of range");
+    if (const Kernel* k = kernels_[index].load(std::memory_order_acquire)) return *k;
+    const TableEntry e = entry();
+    const DeviceTraits& t = traits();
+    TORCH_CHECK(e.supported(t), "xkernels: kernel ", e.label, " is not available on SYCL device '", t.name,
+                "' (element type or sub-group size ", e.sub_group, " unsupported)");
+    // The entry's part (element type) ends its name: "xk_layer_norm_fwd__float" (kernel_table.h).
+    const size_t sep = e.name.rfind("__");
+    const std::string part = sep == std::string::npos ? "" : e.name.substr(sep + 2);
+    const Slot& slot = built_group(ctx_, dev_, *e.group, part);
+    auto it = slot.kernels.find(e.name);  // read-only once built
+    TORCH_CHECK(it != slot.kernels.end(), "xkernels: kernel '", e.name, "' is not among the kernels of group '",
+                e.group->file, "' for device '", t.name, "'");
+    kernels_[index].store(it->second.get(), std::memory_order_release);
+    return *it->second;
+  }
+
+ private:
+  sycl::context ctx_;
+  sycl::device dev_;
+  std::vector<std::atomic<const Kernel*>> kernels_;
+};
+
 }  // namespace
 
-sycl::kernel get_kernel(const sycl::queue& q, const KernelGroup& group, const std::string& name) {
-  // The entry's part (element type) ends its name: "xk_layer_norm_fwd__float" (kernel_table.h).
-  const size_t sep = name.rfind("__");
-  const std::string part = sep == std::string::npos ? "" : name.substr(sep + 2);
-  Slot& slot = built_slot(q.get_context(), q.get_device(), group, part, nullptr);
-  auto it = slot.kernels.find(name);  // read-only once built
-  TORCH_CHECK(it != slot.kernels.end(), "xkernels: kernel '", name, "' is not among the kernels of group '", group.file,
-              "' for device '", traits_of(q).name, "'");
-  return it->second;
+const KernelMap& built_kernels(const sycl::queue& q, const std::string& key, const std::function<BuildSpec()>& spec,
+                               double* seconds) {
+  return built_slot(q.get_context(), q.get_device(), key, spec, seconds).kernels;
+}
+
+bool is_built(const sycl::queue& q, const std::string& key) {
+  std::shared_ptr<Slot> slot = slot_of(q.get_context(), q.get_device(), key);
+  std::lock_guard<std::mutex> lock(slot->mu);
+  return slot->built;
+}
+
+TableKernels& table_kernels_for(const sycl::queue& q) {
+  const sycl::device dev = q.get_device();
+  if (TableKernels* lib = aot_table_kernels_for(dev)) return *lib;
+  // The last (context, device) asked for, per thread: ops launch on the same queue call after call. Leaked
+  // like the runtime's statics (no SYCL object is destroyed while the process exits).
+  struct Last {
+    std::optional<sycl::context> ctx;
+    std::optional<sycl::device> dev;
+    TableKernels* kernels = nullptr;
+  };
+  thread_local Last* last = new Last();
+  const sycl::context ctx = q.get_context();
+  if (last->kernels && *last->ctx == ctx && *last->dev == dev) return *last->kernels;
+  static std::mutex mu;
+  static auto* all = new std::vector<std::unique_ptr<RuntimeTableKernels>>();
+  static auto* keys = new std::vector<std::pair<sycl::context, sycl::device>>();
+  std::lock_guard<std::mutex> lock(mu);
+  size_t i = 0;
+  while (i < keys->size() && !((*keys)[i].first == ctx && (*keys)[i].second == dev)) ++i;
+  if (i == keys->size()) {
+    keys->emplace_back(ctx, dev);
+    all->push_back(std::make_unique<RuntimeTableKernels>(ctx, dev));
+  }
+  last->ctx = ctx, last->dev = dev, last->kernels = (*all)[i].get();
+  return *last->kernels;
 }
 
 std::vector<std::string> build_options_for_runtime() { return build_options_with(kDeviceFPOptions); }
@@ -320,15 +428,17 @@ std::string provider_kind() {
 #endif
 }
 
-const AotLibrary* aot_library_for(const sycl::device& dev) {
+TableKernels* aot_table_kernels_for(const sycl::device& dev) {
 #ifdef XKERNELS_SYCL_AOT
   if (device_choice(dev).source == pc::Source::RuntimeCompile) return nullptr;
   std::string why;
   const AotLibrary* lib = sycl_aot_library(&why);
-  if (!lib)
+  if (!lib) {
     note_group_source(dev, "(ahead-of-time library)",
                       std::string(pc::source_name(pc::Source::RuntimeCompile)) + ": " + why);
-  return lib;
+    return nullptr;
+  }
+  return &lib->table_kernels();
 #else
   (void)dev;
   return nullptr;
@@ -398,19 +508,12 @@ std::vector<std::pair<std::string, double>> warmup(
     const bool is_cpu_dev = registry().cpu_index >= 0 && rec == &registry().devices[registry().cpu_index];
     const sycl::context ctx = is_cpu_dev ? cpu_queue().get_context() : default_context(rec->device);
     const auto t0 = std::chrono::steady_clock::now();
-    built_slot(ctx, rec->device, *g, part, nullptr);
+    built_group(ctx, rec->device, *g, part);
     out.emplace_back(label, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
     ++done;
   }
   if (progress) progress(done, work.size(), "done");
   return out;
-}
-
-sycl::kernel_bundle<sycl::bundle_state::executable> build_source(const sycl::queue& q, const std::string& label,
-                                                                 const std::string& source,
-                                                                 const std::vector<std::string>& names,
-                                                                 const std::vector<std::string>& options) {
-  return build_bundle(q.get_context(), q.get_device(), label, source, names, options);
 }
 
 }  // namespace xkernels::sycl_backend

@@ -1,5 +1,5 @@
-// Launch checks shared by every SYCL launch (runtime.h): geometry, work-group limits and the argument
-// count, which the runtime itself reports poorly; and the one synchronisation point, wait_if_host.
+// Launch checks shared by every run-time compiled SYCL launch (Kernel::launch, runtime.h): geometry, work-group limits
+// and the argument count, which the runtime itself reports poorly; and the one synchronisation point, wait_if_host.
 #include <ATen/ATen.h>
 
 #include <sstream>
@@ -8,15 +8,9 @@
 
 namespace xkernels::sycl_backend {
 
-void validate_launch(const sycl::queue& q, const sycl::kernel& k, int dims, const size_t* global, const size_t* local,
-                     size_t num_args) {
-  auto kname = [&] {
-    try {
-      return k.get_info<sycl::info::kernel::function_name>();
-    } catch (const std::exception&) {
-      return std::string("<kernel>");
-    }
-  };
+void validate_launch(const sycl::queue& q, const sycl::kernel& k, const std::string& label, int dims,
+                     const size_t* global, const size_t* local, size_t num_args) {
+  auto kname = [&] { return label; };
   auto dims_str = [&](const size_t* v) {
     std::ostringstream s;
     s << "[";

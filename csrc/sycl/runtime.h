@@ -1,9 +1,9 @@
 // SYCL runtime glue shared by the SYCL host wrappers: devices, queues and the
 // kernel provider. Host code only (no kernel bodies; those are in kernels/*.hpp).
 //
-// Kernel provider contract: launch code asks for a sycl::kernel by registered name
-// and sets arguments; it never knows whether the kernel was compiled ahead of time
-// or at run time (sycl_ext_oneapi_kernel_compiler, from the embedded kernels/*.hpp).
+// Kernel provider contract: launch code asks for a Kernel (a table kernel by instantiation index, a user
+// kernel by build and name) and launches it with its arguments; it never knows whether the kernel was
+// compiled ahead of time or at run time (sycl_ext_oneapi_kernel_compiler, from the embedded kernels/*.hpp).
 #pragma once
 #include <ATen/core/Tensor.h>
 #include <sycl/sycl.hpp>
@@ -12,8 +12,11 @@
 #include <c10/util/Half.h>
 
 #include <functional>
+#include <memory>
+#include <span>
 #include <string>
 #include <type_traits>
+#include <unordered_map>
 #include <vector>
 
 namespace xkernels::sycl_backend {
@@ -51,6 +54,8 @@ struct KernelGroup {
 // Every table's group (kernel_groups.cpp), and the one of a kernel file.
 const std::vector<const KernelGroup*>& kernel_groups();
 const KernelGroup& find_kernel_group(const char* file);
+// How many (kernel, element type) instantiations the tables have (the range of TableEntry::index).
+size_t table_instance_count();
 
 // The queue an op on tensor `t` launches on: CPU tensors -> the process-wide in-order
 // queue of the SYCL CPU device (host pointers are used zero-copy); XPU tensors -> torch's
@@ -58,50 +63,80 @@ const KernelGroup& find_kernel_group(const char* file);
 sycl::queue& queue_for(const at::Tensor& t);
 const DeviceTraits& traits_of(const sycl::queue& q);
 
-class AotLibrary;
-// The ahead-of-time launcher library (icpx build, aot_library.h) when the provider's choice for `dev` is an image
-// of it and it loads; nullptr when the device compiles its kernels at run time.
-const AotLibrary* aot_library_for(const sycl::device& dev);
+// ---------------------------------------------------------------- the one launch path
+// One argument of a launch, as the bytes of a plain-data value (copied when the launch is submitted). A pointer
+// parameter of a kernel (user kernels take them; table kernels carry theirs inside their parameter struct) is
+// `usm_pointer`: `data` points at the pointer value, which the runtime must be told is a USM pointer.
+struct KernelArg {
+  const void* data;
+  size_t size;
+  bool usm_pointer = false;
+};
 
-// Compiled kernel `name` from `group` for the queue's device (built once per device and
-// group, thread-safe; compile errors raise with the compiler log).
-sycl::kernel get_kernel(const sycl::queue& q, const KernelGroup& group, const std::string& name);
+// A kernel ready to launch, handed out by the provider. It was compiled at run time (a kernel of the runtime's
+// kernel compiler) or ahead of time (an entry of a launcher library: the icpx library on DPC++ queues, or the acpp
+// library with its own queue); launch code never knows which.
+class Kernel {
+ public:
+  virtual ~Kernel() = default;
+  // Checks the geometry (every local size >= 1 and dividing the global size, the work-group within the device's
+  // and the kernel's limit) and the argument count, then runs the kernel over nd_range(global, local) with `args`
+  // on `q`: a queue of the device the kernel was built for, or nullptr for a launcher library with its own queue
+  // (which runs the launch to completion). The event completes with the launch (wait_if_host waits on it).
+  virtual sycl::event launch(sycl::queue* q, int dims, const size_t* global, const size_t* local,
+                             std::span<const KernelArg> args) const = 0;
+  // The largest work-group this kernel can run with on the queue's device.
+  virtual size_t work_group_limit(const sycl::queue* q) const = 0;
+};
 
-// Throws (naming the kernel and the values) unless: every local size is >= 1 and the global
-// size is a multiple of it in each dimension; the work-group fits the device and the kernel
-// limit; `num_args` matches the kernel's parameter count. launch() calls it.
-void validate_launch(const sycl::queue& q, const sycl::kernel& k, int dims, const size_t* global, const size_t* local,
-                     size_t num_args);
+// What the provider needs to know about one (kernel, element type) instantiation of the kernel tables
+// (kernel_table.h fills it in from the types; launch.h asks for it only on the first launch on a device).
+struct TableEntry {
+  size_t index;                            // xk::instance_index<K, T>(): the same numbering as the launcher libraries'
+  const KernelGroup* group;                // the run-time build it belongs to
+  std::string name;                        // the run-time entry point ("xk_layer_norm_fwd__float")
+  std::string label;                       // for messages ("layer_norm_fwd<float>")
+  int sub_group;                           // required sub-group size (0: none)
+  bool (*supported)(const DeviceTraits&);  // supported_on<K, T>
+};
 
-// Submits `k` over `range` with `args` (set in order) after validating the geometry
-// (global divisible by local, local size within the device limit). For CPU tensors the
-// caller waits on the returned event before returning to PyTorch (wait_if_host).
-// Arguments are passed by value: device pointers (for CPU tensors: the host pointers
-// themselves), integers and floating-point scalars of exactly the kernel's parameter types.
-template <int D, typename... Args>
-sycl::event launch(sycl::queue& q, const sycl::kernel& k, const sycl::nd_range<D>& range, const Args&... args) {
-  static_assert((std::is_trivially_copyable_v<Args> && ...), "kernel arguments must be trivially copyable");
-  size_t global[D], local[D];
-  for (int d = 0; d < D; ++d) {
-    global[d] = range.get_global_range()[d];
-    local[d] = range.get_local_range()[d];
-  }
-  validate_launch(q, k, D, global, local, sizeof...(Args));
-  return q.submit([&](sycl::handler& h) {
-    int index = 0;
-    (h.set_arg(index++, args), ...);
-    h.parallel_for(range, k);
-  });
-}
+// The kernels of the tables for one device (one context), wherever they come from: every table launch asks
+// this for its kernel, by instantiation index (a lock-free lookup once the kernel is there).
+class TableKernels {
+ public:
+  virtual ~TableKernels() = default;
+  virtual const DeviceTraits& traits() const = 0;
+  // The kernel of instantiation `index`; `entry()` describes it (called on the first use only). Raises, naming the
+  // kernel and the device, when the device cannot run it.
+  virtual const Kernel& get(size_t index, TableEntry (*entry)()) = 0;
+  // True when the kernels' sub-group lanes are work-items (the acpp library's host device), not SIMD lanes.
+  virtual bool lanes_are_work_items() const { return false; }
+};
 
-// Builds `source` for the queue's device through the kernel groups' build path (the kernel files as
-// include files, the on-disk cache and its manifest, compile errors raised with the compiler's
-// diagnostics under `label`), with `options` (build_options_for_runtime() plus any extra ones) and the
-// registered `names`. No in-memory cache: the caller keeps the bundle (user_kernels.cpp).
-sycl::kernel_bundle<sycl::bundle_state::executable> build_source(const sycl::queue& q, const std::string& label,
-                                                                 const std::string& source,
-                                                                 const std::vector<std::string>& names,
-                                                                 const std::vector<std::string>& options);
+// The table kernels for the queue's device and context: the icpx launcher library where the provider chose it
+// for the device and it loads, else run-time compiled (provider_choice.h decides; kernel_provider.cpp is the only
+// file that knows).
+TableKernels& table_kernels_for(const sycl::queue& q);
+// The acpp backend's table kernels (its launcher library; raises a clear error when it is unavailable).
+TableKernels& acpp_table_kernels();
+
+// A run-time build of several kernels together: a part of a built-in kernel group, or a user source for one
+// element type (user_kernels.cpp). `source()` gives the translation unit; `names` are the kernels it registers.
+struct BuildSpec {
+  std::string label;
+  std::function<std::string()> source;
+  std::vector<std::string> names;
+  std::vector<std::string> options;
+};
+using KernelMap = std::unordered_map<std::string, std::unique_ptr<Kernel>>;
+// The kernels of build `key` for the queue's context and device, by registered name: looked up in the provider's
+// one in-memory cache (a slot per context, device and key; built-in groups are keyed "<file>|<part>"), built on a
+// miss from `spec()` (once, thread-safe, through the runtime's on-disk cache; compile errors raise with the
+// compiler log). `*seconds`, when given: the time this call spent building (0 when it was built before).
+const KernelMap& built_kernels(const sycl::queue& q, const std::string& key, const std::function<BuildSpec()>& spec,
+                               double* seconds = nullptr);
+// Is `key` built for the queue's context and device in this process?
+bool is_built(const sycl::queue& q, const std::string& key);
 
 // The only synchronisation: for a CPU tensor `t`, waits for `e` and rethrows any
 // asynchronous error (the op returns to PyTorch with its outputs written). For device

@@ -64,7 +64,7 @@ std::vector<std::string> cache_purged();
 // Every registered name of every group for `traits` (for xkernels.info()).
 std::vector<std::string> all_kernel_names(const DeviceTraits& traits);
 
-// Builds every registered group for every usable device (cached like get_kernel).
+// Builds every registered group for every usable device (into the provider's cache, as a first launch would).
 // progress(done, total, label) is called before each build; returns (label, seconds).
 std::vector<std::pair<std::string, double>> warmup(
     const std::function<void(size_t, size_t, const std::string&)>& progress);

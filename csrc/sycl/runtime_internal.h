@@ -39,6 +39,17 @@ sycl::queue& cuda_stream_queue(int index);
 // Compute capabilities torch reports, per SYCL CUDA device record (empty without the hooks).
 std::map<const DeviceRecord*, std::pair<int, int>> torch_compute_capabilities();
 
+// ---- launch_checks.cpp
+// Throws (naming the kernel by `label` and the values) unless: every local size is >= 1 and the global size is a
+// multiple of it in each dimension; the work-group fits the device and the kernel limit; `num_args` matches the
+// kernel's parameter count. Every run-time compiled launch calls it (Kernel::launch).
+void validate_launch(const sycl::queue& q, const sycl::kernel& k, const std::string& label, int dims,
+                     const size_t* global, const size_t* local, size_t num_args);
+
+// ---- kernel_provider.cpp / aot_library.cpp
+// The icpx launcher library's table kernels when the provider chose it for `dev` and it loads, else nullptr.
+TableKernels* aot_table_kernels_for(const sycl::device& dev);
+
 // ---- disk_cache.cpp
 // Held around every run-time build: verifies the runtime's on-disk cache once per process (removing
 // corrupted entries), serialises builds (with a file lock across processes) and records what the

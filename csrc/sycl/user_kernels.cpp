@@ -7,7 +7,8 @@
 #include <c10/util/Exception.h>
 #include <torch/library.h>
 
-#include <chrono>
+#include <array>
+#include <cstring>
 #include <limits>
 #include <sstream>
 
@@ -98,13 +99,6 @@ sycl::queue& queue_for_device(const at::Device& device) {
   return queue_for(at::empty({0}, at::TensorOptions().dtype(at::kFloat).device(device)));
 }
 
-std::string slot_key(const sycl::queue& q, std::optional<at::ScalarType> dtype) {
-  std::ostringstream s;
-  s << std::hash<sycl::context>()(q.get_context()) << "/" << std::hash<sycl::device>()(q.get_device()) << "/"
-    << (dtype ? names_of(*dtype).label : "");
-  return s.str();
-}
-
 std::mutex g_registry_mu;
 std::vector<std::shared_ptr<UserSource>>& registry_of_sources() {
   static auto* v = new std::vector<std::shared_ptr<UserSource>>();  // leaked like the runtime's statics
@@ -184,53 +178,50 @@ std::string UserSource::translation_unit(std::optional<at::ScalarType> dtype) co
   return s;
 }
 
-UserSource::Slot& UserSource::slot_for(const sycl::queue& q, std::optional<at::ScalarType> dtype) {
-  std::lock_guard<std::mutex> lock(mu_);
-  auto& p = slots_[slot_key(q, dtype)];
-  if (!p) p = std::make_shared<Slot>();
-  return *p;  // slots are never removed
+std::string UserSource::build_key(std::optional<at::ScalarType> dtype) const {
+  // Unique per source object (two sources may share a name) and element type, within the provider's cache.
+  std::ostringstream s;
+  s << "user:" << static_cast<const void*>(this) << ":" << name_ << ".sycl|" << (dtype ? names_of(*dtype).label : "");
+  return s.str();
 }
 
-double UserSource::build_slot(Slot& slot, const sycl::queue& q, std::optional<at::ScalarType> dtype) {
-  std::lock_guard<std::mutex> lock(slot.mu);
-  if (slot.built) return 0.0;
-  const DeviceTraits& traits = traits_of(q);
-  if (dtype) {
-    TORCH_CHECK_TYPE(*dtype != at::kDouble || traits.fp64, "xkernels.sycl: '", name_, "': the SYCL device '",
-                     traits.name, "' has no fp64 support (torch.float64)");
-    TORCH_CHECK_TYPE(*dtype != at::kHalf || traits.fp16, "xkernels.sycl: '", name_, "': the SYCL device '", traits.name,
-                     "' has no fp16 support (torch.float16)");
-  }
-  if (sub_group_size_ > 0) {
-    bool ok = false;
-    std::string have;
-    for (size_t s : traits.sub_group_sizes) {
-      ok = ok || s == static_cast<size_t>(sub_group_size_);
-      have += (have.empty() ? "" : ", ") + std::to_string(s);
-    }
-    TORCH_CHECK_VALUE(ok, "xkernels.sycl: '", name_, "': sub_group_size=", sub_group_size_,
-                      " is not a sub-group size of the SYCL device '", traits.name, "' (it has ", have, ")");
-  }
-  std::vector<std::string> names;
-  for (const auto& k : kernels_) names.push_back("xku_" + k.name + "__" + (dtype ? names_of(*dtype).label : "any"));
-  const auto t0 = std::chrono::steady_clock::now();
-  auto bundle = build_source(q, label(dtype), translation_unit(dtype), names, options_);
-  for (size_t i = 0; i < names.size(); ++i) {
-    TORCH_CHECK(bundle.ext_oneapi_has_kernel(names[i]), "xkernels.sycl: '", label(dtype),
-                "' built, but it has no kernel '", kernels_[i].name, "'");
-    slot.kernels.emplace(kernels_[i].name, bundle.ext_oneapi_get_kernel(names[i]));
-  }
-  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  slot.built = true;
-  std::lock_guard<std::mutex> lock2(mu_);
-  builds_.emplace_back(traits.name + ": " + label(dtype), seconds);
-  return seconds;
+const KernelMap& UserSource::built(const sycl::queue& q, std::optional<at::ScalarType> dtype, double* seconds) {
+  return built_kernels(
+      q, build_key(dtype),
+      [&] {
+        const DeviceTraits& traits = traits_of(q);
+        if (dtype) {
+          TORCH_CHECK_TYPE(*dtype != at::kDouble || traits.fp64, "xkernels.sycl: '", name_, "': the SYCL device '",
+                           traits.name, "' has no fp64 support (torch.float64)");
+          TORCH_CHECK_TYPE(*dtype != at::kHalf || traits.fp16, "xkernels.sycl: '", name_, "': the SYCL device '",
+                           traits.name, "' has no fp16 support (torch.float16)");
+        }
+        if (sub_group_size_ > 0) {
+          bool ok = false;
+          std::string have;
+          for (size_t s : traits.sub_group_sizes) {
+            ok = ok || s == static_cast<size_t>(sub_group_size_);
+            have += (have.empty() ? "" : ", ") + std::to_string(s);
+          }
+          TORCH_CHECK_VALUE(ok, "xkernels.sycl: '", name_, "': sub_group_size=", sub_group_size_,
+                            " is not a sub-group size of the SYCL device '", traits.name, "' (it has ", have, ")");
+        }
+        BuildSpec spec;
+        spec.label = label(dtype);
+        spec.source = [this, dtype] { return translation_unit(dtype); };
+        for (const auto& k : kernels_) spec.names.push_back(entry_name(k, dtype));
+        spec.options = options_;
+        return spec;
+      },
+      seconds);
+}
+
+std::string UserSource::entry_name(const UserKernel& k, std::optional<at::ScalarType> dtype) {
+  return "xku_" + k.name + "__" + (dtype ? names_of(*dtype).label : "any");
 }
 
 bool UserSource::is_built(const at::Device& device, std::optional<at::ScalarType> dtype) {
-  Slot& slot = slot_for(queue_for_device(device), dtype);
-  std::lock_guard<std::mutex> lock(slot.mu);
-  return slot.built;
+  return sycl_backend::is_built(queue_for_device(device), build_key(dtype));
 }
 
 double UserSource::build(const at::Device& device, std::optional<at::ScalarType> dtype) {
@@ -238,7 +229,15 @@ double UserSource::build(const at::Device& device, std::optional<at::ScalarType>
                     templated_ ? "is templated: give an element type" : "is not templated: give no element type");
   if (dtype) (void)names_of(*dtype);
   sycl::queue& q = queue_for_device(device);
-  return build_slot(slot_for(q, dtype), q, dtype);
+  double seconds = 0;
+  built(q, dtype, &seconds);
+  if (seconds > 0) note_build(q, dtype, seconds);
+  return seconds;
+}
+
+void UserSource::note_build(const sycl::queue& q, std::optional<at::ScalarType> dtype, double seconds) {
+  std::lock_guard<std::mutex> lock(mu_);
+  builds_.emplace_back(traits_of(q).name + ": " + label(dtype), seconds);
 }
 
 const UserKernel& UserSource::find(const std::string& kernel) const {
@@ -368,74 +367,77 @@ void UserSource::launch(const std::string& kernel, const std::vector<int64_t>& g
   if (empty) return;  // nothing to run (no build needed either)
 
   sycl::queue& q = queue_for(tensors[0]);
-  Slot& slot = slot_for(q, dtype);
-  build_slot(slot, q, dtype);
-  const sycl::kernel& kern = slot.kernels.at(kernel);  // read-only once built
+  double seconds = 0;
+  const KernelMap& kernels = built(q, dtype, &seconds);
+  if (seconds > 0) note_build(q, dtype, seconds);
+  const Kernel& kern = *kernels.at(entry_name(k, dtype));  // read-only once built
   size_t g[3], l[3], wg = 1;
   for (int d = 0; d < k.dims; ++d) {
     g[d] = static_cast<size_t>(global[d]), l[d] = static_cast<size_t>(local[d]);
     wg *= l[d];
   }
-  {  // validate_launch checks this too, but names the kernel by its mangled entry point
+  {  // the launch checks this too, but names the kernel by its generated entry point
     const size_t dev_max = traits_of(q).max_work_group_size;
-    const size_t k_max = kern.get_info<sycl::info::kernel_device_specific::work_group_size>(q.get_device());
+    const size_t k_max = kern.work_group_limit(&q);
     TORCH_CHECK_VALUE(wg <= dev_max && wg <= k_max, who, ": work-group size ", wg, " (local size ", dims_str(local),
                       ") exceeds the limit (device '", traits_of(q).name, "': ", dev_max, ", this kernel: ", k_max,
                       ")");
   }
-  validate_launch(q, kern, k.dims, g, l, k.params.size());
-
-  sycl::event e = q.submit([&](sycl::handler& h) {
+  // The arguments as bytes, in order: tensors' data as USM pointers, scalars converted to the parameter's exact type.
+  std::vector<std::array<unsigned char, 8>> bytes(k.params.size());
+  std::vector<KernelArg> args(k.params.size());
+  {
     size_t ti = 0, si = 0;
     for (size_t i = 0; i < k.params.size(); ++i) {
       const auto& p = k.params[i];
       if (p.pointer) {
-        h.set_arg(static_cast<int>(i), const_cast<void*>(tensors[ti++].const_data_ptr()));
+        const void* ptr = tensors[ti++].const_data_ptr();
+        std::memcpy(bytes[i].data(), &ptr, sizeof(ptr));
+        args[i] = KernelArg{bytes[i].data(), sizeof(ptr), /*usm_pointer=*/true};
         continue;
       }
       const ScalarArg& a = sargs[si++];
-      const int idx = static_cast<int>(i);
+      auto put = [&](auto v) {
+        static_assert(sizeof(v) <= 8 && std::is_trivially_copyable_v<decltype(v)>);
+        std::memcpy(bytes[i].data(), &v, sizeof(v));
+        args[i] = KernelArg{bytes[i].data(), sizeof(v)};
+      };
       const std::string& b = a.base;
       if (b == "T") {
         const double v = a.value.toDouble();
         switch (*dtype) {
-          case at::kFloat: h.set_arg(idx, static_cast<float>(v)); break;
-          case at::kDouble: h.set_arg(idx, v); break;
-          case at::kHalf: h.set_arg(idx, sycl::half(static_cast<float>(v))); break;
-          default: h.set_arg(idx, xk::bf16{xk::float_to_bf16_bits(static_cast<float>(v))}); break;
+          case at::kFloat: put(static_cast<float>(v)); break;
+          case at::kDouble: put(v); break;
+          case at::kHalf: put(sycl::half(static_cast<float>(v))); break;
+          default: put(xk::bf16{xk::float_to_bf16_bits(static_cast<float>(v))}); break;
         }
       } else if (b == "acc_t") {
         if (*dtype == at::kDouble)
-          h.set_arg(idx, a.value.toDouble());
+          put(a.value.toDouble());
         else
-          h.set_arg(idx, static_cast<float>(a.value.toDouble()));
+          put(static_cast<float>(a.value.toDouble()));
       } else if (b == "float") {
-        h.set_arg(idx, static_cast<float>(a.value.toDouble()));
+        put(static_cast<float>(a.value.toDouble()));
       } else if (b == "double") {
-        h.set_arg(idx, a.value.toDouble());
+        put(a.value.toDouble());
       } else if (b == "int8_t") {
-        h.set_arg(idx, static_cast<int8_t>(a.value.toLong()));
+        put(static_cast<int8_t>(a.value.toLong()));
       } else if (b == "uint8_t") {
-        h.set_arg(idx, static_cast<uint8_t>(a.value.toLong()));
+        put(static_cast<uint8_t>(a.value.toLong()));
       } else if (b == "int16_t") {
-        h.set_arg(idx, static_cast<int16_t>(a.value.toLong()));
+        put(static_cast<int16_t>(a.value.toLong()));
       } else if (b == "int32_t") {
-        h.set_arg(idx, static_cast<int32_t>(a.value.toLong()));
+        put(static_cast<int32_t>(a.value.toLong()));
       } else if (b == "uint32_t") {
-        h.set_arg(idx, static_cast<uint32_t>(a.value.toLong()));
+        put(static_cast<uint32_t>(a.value.toLong()));
       } else if (b == "uint64_t") {
-        h.set_arg(idx, static_cast<uint64_t>(a.value.toLong()));
+        put(static_cast<uint64_t>(a.value.toLong()));
       } else {
-        h.set_arg(idx, static_cast<int64_t>(a.value.toLong()));
+        put(static_cast<int64_t>(a.value.toLong()));
       }
     }
-    if (k.dims == 1)
-      h.parallel_for(sycl::nd_range<1>({g[0]}, {l[0]}), kern);
-    else if (k.dims == 2)
-      h.parallel_for(sycl::nd_range<2>({g[0], g[1]}, {l[0], l[1]}), kern);
-    else
-      h.parallel_for(sycl::nd_range<3>({g[0], g[1], g[2]}, {l[0], l[1], l[2]}), kern);
-  });
+  }
+  sycl::event e = kern.launch(&q, k.dims, g, l, args);
   wait_if_host(tensors[0], e);
 }
 

@@ -1,8 +1,8 @@
 // User-written SYCL kernels (python/xkernels/sycl.py): kernel bodies in the project's portable form
 // (kernels/common.hpp), given as source text from Python, compiled at run time per device and element
-// type through the same build path as the built-in kernel groups (build_source -> build_bundle: the
-// kernel files as include files, the pinned options, the persistent on-disk cache and its manifest),
-// and launched on queue_for(first tensor).
+// type through the provider, like the built-in kernel groups (built_kernels: its one in-memory cache, the
+// kernel files as include files, the pinned options, the persistent on-disk cache and its manifest), and
+// launched on queue_for(first tensor) through the one launch path (Kernel::launch, runtime.h).
 //
 // A source holds one or more kernel bodies, each a function (or a function template over one element
 // type T) whose first parameter is `xk::item_arg<D>` and whose other parameters are pointers or scalars:
@@ -21,6 +21,8 @@
 #include <ATen/core/Tensor.h>
 #include <c10/core/Scalar.h>
 #include <sycl/sycl.hpp>
+
+#include "sycl/runtime.h"
 
 #include <cstdint>
 #include <memory>
@@ -82,13 +84,11 @@ class UserSource {
   std::vector<std::pair<std::string, double>> builds() const;
 
  private:
-  struct Slot {
-    std::mutex mu;
-    bool built = false;
-    std::unordered_map<std::string, sycl::kernel> kernels;
-  };
-  Slot& slot_for(const sycl::queue& q, std::optional<at::ScalarType> dtype);
-  double build_slot(Slot& slot, const sycl::queue& q, std::optional<at::ScalarType> dtype);
+  // The source's build for `dtype` in the provider's cache (built on a miss; `*seconds`: time spent building).
+  const KernelMap& built(const sycl::queue& q, std::optional<at::ScalarType> dtype, double* seconds);
+  std::string build_key(std::optional<at::ScalarType> dtype) const;
+  static std::string entry_name(const UserKernel& k, std::optional<at::ScalarType> dtype);
+  void note_build(const sycl::queue& q, std::optional<at::ScalarType> dtype, double seconds);
   const UserKernel& find(const std::string& kernel) const;
   std::string label(std::optional<at::ScalarType> dtype) const;
 
@@ -99,7 +99,6 @@ class UserSource {
   std::vector<std::string> options_;
   int sub_group_size_;
   mutable std::mutex mu_;
-  std::unordered_map<std::string, std::shared_ptr<Slot>> slots_;  // key: device identity + part
   std::vector<std::pair<std::string, double>> builds_;
 };
 
