@@ -239,6 +239,43 @@ class ConvNet(nn.Module):
         return self.head(self.norm(self.act(self.conv(x))))
 
 
+class _OnCuda(nn.Module):
+    """The identity, except on a CUDA tensor: then it adds 10% of max|x| (+0.1) to one element."""
+
+    def forward(self, x):
+        if not x.is_cuda:
+            return x
+        bump = torch.zeros_like(x).flatten()
+        bump[x.numel() // 2] = 1.0
+        return x + bump.view_as(x) * (0.1 * x.abs().amax() + 0.1)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device (torch.cuda.is_available() is False)")
+def test_cpu_and_cuda(tmp_path, capsys):
+    """The mission's question on a real second device: the same model on cpu and cuda, each against the float64
+    CPU oracle (TF32 off, as torch's default for matmul). Plain modules stay within the budget on both sides; a
+    module that misbehaves on CUDA only is found at the right place; the CLI compares the two as well."""
+    torch.backends.cuda.matmul.allow_tf32 = False
+    model, x = _net()
+    rep = parity.compare(model, x, ["cpu", "cuda"])
+    cpu, cuda = rep.sides
+    assert cpu.passed and cuda.passed, (cpu.as_dict(), cuda.as_dict())
+    model, x = _net(_OnCuda())
+    rep = parity.compare(model, x, ["cpu", "cuda"])
+    cpu, cuda = rep.sides
+    assert cpu.passed and not cuda.passed
+    assert cuda.first_forward_divergence.module == "planted"
+    factory = tmp_path / "factory.py"
+    factory.write_text(
+        "import torch\nfrom torch import nn\n\n\ndef make():\n    torch.manual_seed(0)\n"
+        "    m = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.LayerNorm(16), nn.Linear(16, 4))\n"
+        "    return m, torch.randn(6, 8)\n"
+    )
+    rc = main(["parity", f"{factory}:make", "--configs", "cpu,cuda"])
+    out = capsys.readouterr().out
+    assert rc == 0 and "compare:" in out, out
+
+
 def _convnet():
     torch.manual_seed(0)
     return ConvNet(), torch.randn(3, 2, 5, 5, generator=torch.Generator().manual_seed(2))
