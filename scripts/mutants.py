@@ -17,7 +17,7 @@ but not counted. Results go to the terminal (a table) and to docs/mutants_result
 CPU model and ISA, kill rate, one row per mutant); `--only` runs update their rows there.
 
 Usage (from the repository root, in the environment the project builds in; see docs/testing.md):
-  python scripts/mutants.py            # every mutant (about an hour on a 2-core machine)
+  python scripts/mutants.py            # every mutant (15-60 minutes on a 2-core machine)
   python scripts/mutants.py --list     # the table, nothing run
   python scripts/mutants.py --only ID [--only ID ...]
   python scripts/mutants.py --check    # each snippet occurs exactly once (as tests/test_mutants_table.py)
