@@ -33,8 +33,9 @@ ROOT=$PWD
 
 DEFAULT_COMBOS="2.11.0:3.12 2.13.0:3.10 2.13.0:3.11 2.13.0:3.12 2.15.0:3.12 2.15.0:3.13"
 DEFAULT_TEST_CMD='python -m pytest -m "not slow" -x -q -p no:cacheprovider'
-# The runtime pins of requirements.txt (SYCL runtime wheels) and what building and testing need.
-DEPS=$(grep -vE '^\s*(#|$)|^torch|^ruff|^clang-format|^matplotlib' requirements.txt | sed 's/\s*#.*//')
+# The runtime pins of requirements.txt (SYCL runtime wheels) and what building and testing need (matplotlib
+# included: the parity CLI's --plot is tested).
+DEPS=$(grep -vE '^\s*(#|$)|^torch|^ruff|^clang-format' requirements.txt | sed 's/\s*#.*//')
 
 CHECK_DIR=${XKERNELS_CHECK_DIR:-$HOME/.cache/xkernels/torch-check}
 WHEELS=${XKERNELS_TORCH_WHEELS:-$HOME/.cache/xkernels/torch-wheels}
@@ -110,12 +111,21 @@ check_one() {
     fi
     # shellcheck disable=SC2086
     pip install -q $DEPS
+    # The build tools as programs of this venv: with a reused venv pip finds them installed there and puts
+    # nothing in our bin/, and the system's CMake would run instead (CMake 3.25 has no flags for torch's
+    # CMAKE_CUDA_STANDARD=20 with nvcc 13, which a CUDA build of torch turns on even with XKERNELS_CUDA=off).
+    [ -x "$venv/bin/cmake" ] || pip install -q --ignore-installed "cmake>=3.28" ninja
     python -c "import torch; assert torch.__version__.split('+')[0] == '$torch_v', torch.__version__; \
 print('torch', torch.__version__, 'cuda', torch.version.cuda)"
   ) >>"$log" 2>&1 || { record "$torch_v" "$py" "no (install failed)" "-" $(($(date +%s) - t0)) "$log"; return; }
 
   # A build tree whose configure never completed keeps what it failed to find: start it afresh.
   [ -f "$work/build/build.ninja" ] || rm -rf "$work/build"
+  # So does one configured from another checkout (CMake refuses a cache made for another source directory).
+  if [ -f "$work/build/CMakeCache.txt" ] &&
+    ! grep -qx "CMAKE_HOME_DIRECTORY:INTERNAL=$PWD" "$work/build/CMakeCache.txt"; then
+    rm -rf "$work/build"
+  fi
   # A copy of the Python package with the extension built into it, so that the checkout stays untouched.
   rm -rf "$work/pkg" && mkdir -p "$work/pkg"
   cp -r python/xkernels "$work/pkg/" && find "$work/pkg" \( -name '*.so' -o -name __pycache__ \) -prune -exec rm -rf {} +
