@@ -251,11 +251,11 @@ class _OnCuda(nn.Module):
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device (torch.cuda.is_available() is False)")
-def test_cpu_and_cuda(tmp_path, capsys):
+def test_cpu_and_cuda(tmp_path, capsys, monkeypatch):
     """The mission's question on a real second device: the same model on cpu and cuda, each against the float64
     CPU oracle (TF32 off, as torch's default for matmul). Plain modules stay within the budget on both sides; a
     module that misbehaves on CUDA only is found at the right place; the CLI compares the two as well."""
-    torch.backends.cuda.matmul.allow_tf32 = False
+    monkeypatch.setattr(torch.backends.cuda.matmul, "allow_tf32", False)
     model, x = _net()
     rep = parity.compare(model, x, ["cpu", "cuda"])
     cpu, cuda = rep.sides

@@ -369,33 +369,21 @@ def _repeat_diffs(model, inputs, ctx, device, backward, seed, root_only, first: 
     diffs: list[dict] = []
 
     def check(kind, key, t, ref):
-        if ref is None:
+        def differs(max_diff, note):
+            call = key[1] if kind != "param_grad" else 0
             diffs.append(
-                {
-                    "kind": kind,
-                    "module": key[0],
-                    "call": key[1] if kind != "param_grad" else 0,
-                    "tensor": key[-1],
-                    "max_diff": None,
-                    "note": "absent from the first run",
-                }
+                {"kind": kind, "module": key[0], "call": call, "tensor": key[-1], "max_diff": max_diff, "note": note}
             )
+
+        if ref is None:
+            differs(None, "absent from the first run")
             return
         if tuple(t.shape) != tuple(ref.shape):
             d = math.inf
         else:
             d = float(_abs_err(t, ref.to(torch.float64)).max()) if t.numel() else 0.0
         if d != 0.0:
-            diffs.append(
-                {
-                    "kind": kind,
-                    "module": key[0],
-                    "call": key[1] if kind != "param_grad" else 0,
-                    "tensor": key[-1],
-                    "max_diff": d,
-                    "note": "",
-                }
-            )
+            differs(d, "")
 
     _run(
         model,

@@ -144,30 +144,17 @@ def tensor_error(
     elif torch_result is not None:
         t_err = 0.0
     allowed = budget.allowed(t_err if t_err is not None and math.isfinite(t_err) else 0.0, scale, budget_factor)
-    if check_dtype and x.dtype != dtype:
-        return TensorError(
-            name,
-            list(x.shape),
-            str(x.dtype).replace("torch.", ""),
-            max_abs,
-            max_rel,
-            max_ulp,
-            scale,
-            t_err,
-            allowed,
-            False,
-            f"dtype {x.dtype} != expected {dtype}",
-        )
+    wrong_dtype = check_dtype and x.dtype != dtype
     return TensorError(
         name,
         list(x.shape),
-        str(dtype).replace("torch.", ""),
+        str(x.dtype if wrong_dtype else dtype).replace("torch.", ""),
         max_abs,
         max_rel,
         max_ulp,
         scale,
         t_err,
         allowed,
-        max_abs <= allowed,
-        note,
+        not wrong_dtype and max_abs <= allowed,
+        f"dtype {x.dtype} != expected {dtype}" if wrong_dtype else note,
     )

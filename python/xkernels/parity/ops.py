@@ -191,12 +191,7 @@ def check_op(
     x = call_args["input"]
     dtype, device = x.dtype, x.device
     diff_names = [n for n, v in call_args.items() if isinstance(v, Tensor) and v.is_floating_point()]
-    report = OpReport(
-        op,
-        case if case is not None else _case_string(op, call_args, sig),
-        str(dtype).replace("torch.", ""),
-        str(device),
-    )
+    report = _new_report(op, case, call_args, sig, dtype, device)
 
     # The oracle: float64 on the CPU, from the very same (dtype-rounded) values.
     oracle_args = {k: reference.to_oracle(v) for k, v in call_args.items()}
@@ -290,12 +285,7 @@ def _check_callable_op(
         raise ValueError(f"xkernels.parity.check_op: op '{name}' got no floating-point tensor argument")
     dtype, device = first.dtype, first.device
     diff_names = [n for n, v in call_args.items() if isinstance(v, Tensor) and v.is_floating_point()]
-    report = OpReport(
-        name,
-        case if case is not None else _case_string(name, call_args, sig),
-        str(dtype).replace("torch.", ""),
-        str(device),
-    )
+    report = _new_report(name, case, call_args, sig, dtype, device)
     oracle_args = {k: reference.to_oracle(v) for k, v in call_args.items()}
     ref_out, _ = _run_op(name, oracle_args, diff_names, False, None, fn=reference_fn, positional=True)
     g64 = grad_output.detach().to("cpu", torch.float64) if grad_output is not None else _grad_output_for(ref_out, seed)
@@ -332,6 +322,12 @@ def _check_callable_op(
             )
         report.results.append(res)
     return report
+
+
+def _new_report(name, case, call_args, sig, dtype, device) -> OpReport:
+    """The empty report of one op check: `case` or the case string built from the arguments."""
+    case = case if case is not None else _case_string(name, call_args, sig)
+    return OpReport(name, case, str(dtype).replace("torch.", ""), str(device))
 
 
 def _case_string(op: str, call_args: dict, sig: inspect.Signature) -> str:
