@@ -9,6 +9,7 @@
 #include <sstream>
 
 #include "sycl/aot/abi.h"
+#include "sycl/kernel_table.h"
 #include "sycl/kernels/tables.hpp"
 #include "xkernels/backend.h"
 
@@ -135,8 +136,7 @@ class AotTableKernels final : public TableKernels {
       : lib_(lib), work_item_lanes_(work_item_lanes) {
     for (size_t i = 0; i < raw.count; ++i) {
       const xk_aot_kernel& e = raw.kernels[i];
-      const std::string k = e.kernel ? e.kernel : "";
-      kernels_.emplace_back(lib, i, (k.rfind("xk::", 0) == 0 ? k.substr(4) : k) + "<" + (e.type ? e.type : "") + ">");
+      kernels_.emplace_back(lib, i, kernel_label_of(e.kernel ? e.kernel : "", e.type ? e.type : ""));
     }
   }
   const DeviceTraits& traits() const override { return lib_->traits(); }

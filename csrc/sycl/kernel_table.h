@@ -53,10 +53,13 @@ std::string entry_name() {
 }
 
 // A human-readable name, e.g. "layer_norm_fwd<float>" (launch errors, listings).
+// (kernel_label_of: the same from the names, for the launcher libraries' listings.)
+inline std::string kernel_label_of(const std::string& kernel, const std::string& type) {
+  return (kernel.rfind("xk::", 0) == 0 ? kernel.substr(4) : kernel) + "<" + type + ">";
+}
 template <typename K, typename T>
 std::string kernel_label() {
-  const std::string k = xk::cxx_name<K>();
-  return (k.rfind("xk::", 0) == 0 ? k.substr(4) : k) + "<" + xk::type_label<T>() + ">";
+  return kernel_label_of(xk::cxx_name<K>(), xk::type_label<T>());
 }
 
 // The lane-width rule, once: kernels sized for `natural` lanes (one 512-bit vector of the accumulation type:

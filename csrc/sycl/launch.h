@@ -98,11 +98,7 @@ class Launcher {
   Launcher(sycl::queue* q, TableKernels* kernels) : q_(q), kernels_(kernels) {}
   template <typename K, typename T>
   static TableEntry table_entry() {
-    return TableEntry{static_cast<size_t>(xk::instance_index<K, T>()),
-                      &group_of<K>(),
-                      entry_name<K, T>(),
-                      kernel_label<K, T>(),
-                      xk::sub_group_of<K>::value,
+    return TableEntry{&group_of<K>(), entry_name<K, T>(), kernel_label<K, T>(), xk::sub_group_of<K>::value,
                       &supported_on<K, T>};
   }
   sycl::queue* q_;

@@ -89,10 +89,10 @@ class Kernel {
   virtual size_t work_group_limit(const sycl::queue* q) const = 0;
 };
 
-// What the provider needs to know about one (kernel, element type) instantiation of the kernel tables
-// (kernel_table.h fills it in from the types; launch.h asks for it only on the first launch on a device).
+// What the provider needs to know about one (kernel, element type) instantiation of the kernel tables, which
+// TableKernels::get finds by its index (xk::instance_index<K, T>(), the launcher libraries' numbering too);
+// launch.h fills it in from the types, asked only on the first launch on a device.
 struct TableEntry {
-  size_t index;                            // xk::instance_index<K, T>(): the same numbering as the launcher libraries'
   const KernelGroup* group;                // the run-time build it belongs to
   std::string name;                        // the run-time entry point ("xk_layer_norm_fwd__float")
   std::string label;                       // for messages ("layer_norm_fwd<float>")

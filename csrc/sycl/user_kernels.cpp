@@ -186,7 +186,8 @@ std::string UserSource::build_key(std::optional<at::ScalarType> dtype) const {
 }
 
 const KernelMap& UserSource::built(const sycl::queue& q, std::optional<at::ScalarType> dtype, double* seconds) {
-  return built_kernels(
+  double s = 0;
+  const KernelMap& kernels = built_kernels(
       q, build_key(dtype),
       [&] {
         const DeviceTraits& traits = traits_of(q);
@@ -213,7 +214,13 @@ const KernelMap& UserSource::built(const sycl::queue& q, std::optional<at::Scala
         spec.options = options_;
         return spec;
       },
-      seconds);
+      &s);
+  if (s > 0) {
+    std::lock_guard<std::mutex> lock(mu_);
+    builds_.emplace_back(traits_of(q).name + ": " + label(dtype), s);
+  }
+  if (seconds) *seconds = s;
+  return kernels;
 }
 
 std::string UserSource::entry_name(const UserKernel& k, std::optional<at::ScalarType> dtype) {
@@ -231,13 +238,7 @@ double UserSource::build(const at::Device& device, std::optional<at::ScalarType>
   sycl::queue& q = queue_for_device(device);
   double seconds = 0;
   built(q, dtype, &seconds);
-  if (seconds > 0) note_build(q, dtype, seconds);
   return seconds;
-}
-
-void UserSource::note_build(const sycl::queue& q, std::optional<at::ScalarType> dtype, double seconds) {
-  std::lock_guard<std::mutex> lock(mu_);
-  builds_.emplace_back(traits_of(q).name + ": " + label(dtype), seconds);
 }
 
 const UserKernel& UserSource::find(const std::string& kernel) const {
@@ -367,9 +368,7 @@ void UserSource::launch(const std::string& kernel, const std::vector<int64_t>& g
   if (empty) return;  // nothing to run (no build needed either)
 
   sycl::queue& q = queue_for(tensors[0]);
-  double seconds = 0;
-  const KernelMap& kernels = built(q, dtype, &seconds);
-  if (seconds > 0) note_build(q, dtype, seconds);
+  const KernelMap& kernels = built(q, dtype, nullptr);
   const Kernel& kern = *kernels.at(entry_name(k, dtype));  // read-only once built
   size_t g[3], l[3], wg = 1;
   for (int d = 0; d < k.dims; ++d) {

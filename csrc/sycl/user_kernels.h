@@ -84,11 +84,11 @@ class UserSource {
   std::vector<std::pair<std::string, double>> builds() const;
 
  private:
-  // The source's build for `dtype` in the provider's cache (built on a miss; `*seconds`: time spent building).
+  // The source's build for `dtype` in the provider's cache (built on a miss, which builds() then lists;
+  // `*seconds`: the time this call spent building).
   const KernelMap& built(const sycl::queue& q, std::optional<at::ScalarType> dtype, double* seconds);
   std::string build_key(std::optional<at::ScalarType> dtype) const;
   static std::string entry_name(const UserKernel& k, std::optional<at::ScalarType> dtype);
-  void note_build(const sycl::queue& q, std::optional<at::ScalarType> dtype, double seconds);
   const UserKernel& find(const std::string& kernel) const;
   std::string label(std::optional<at::ScalarType> dtype) const;
 
