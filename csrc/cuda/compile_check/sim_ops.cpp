@@ -245,10 +245,9 @@ int xk_sim_layer_norm(int dtype, const void* x, const void* w, const void* b, vo
                       int64_t M, int64_t N, double eps) {
   const std::lock_guard<std::mutex> lock(g_mutex);
   const RowLaunch L = row_launch(M, N);
-  const int64_t elem = dtype == 0 ? 8 : dtype == 1 ? 4 : 2;
-  const RowsLaunch R = rows_launch(M, N, elem, {x, w, b, y});
   return dispatch(dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
+    const RowsLaunch R = rows_launch(M, N, sizeof(T), {x, w, b, y});
     using Acc = k::acc_t<T>;
     if (R.vecs > 0)
       return with_rows_kernel<LayerNormForwardRows, T>(R, [&](auto kernel) {
@@ -265,10 +264,9 @@ int xk_sim_layer_norm_backward(int dtype, const void* dy, const void* x, const v
                                const void* w, void* gi, void* gw, void* gb, int64_t M, int64_t N) {
   const std::lock_guard<std::mutex> lock(g_mutex);
   const RowLaunch L = row_launch(M, N);
-  const int64_t elem = dtype == 0 ? 8 : dtype == 1 ? 4 : 2;
-  const RowsLaunch R = rows_launch(M, N, elem, {x, dy, w, gi});
   return dispatch(dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
+    const RowsLaunch R = rows_launch(M, N, sizeof(T), {x, dy, w, gi});
     using Acc = k::acc_t<T>;
     if (gi != nullptr && R.vecs > 0) {
       with_rows_kernel<LayerNormBackwardInputRows, T>(R, [&](auto kernel) {
