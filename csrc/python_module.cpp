@@ -4,8 +4,10 @@
 // (backend selection, dispatch record, build facts, SYCL runtime control).
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
+#include <torch/csrc/utils/pybind.h>  // the c10::SymInt casters
 
 #include "xkernels/backend.h"
+#include "xkernels/shapes.h"
 #include "xkernels_build_config.h"
 
 namespace py = pybind11;
@@ -68,6 +70,31 @@ PYBIND11_MODULE(_C, m) {
       "The backend ops on CPU tensors of this dtype ('float32', ...) run on in this thread, as the CPU dispatch "
       "decides it (csrc/backend.cpp cpu_backend_choice): the requested backend, or under 'auto' 'sycl' where the "
       "SYCL CPU device runs the dtype, else 'reference'. Neither checks nor records the request.");
+
+  // Shape rules for Python (the fakes in python/xkernels/ops.py, xkernels.nn): the C++ definitions the kernels use
+  // (xkernels/shapes.h), exported instead of written again. conv2d_out_size takes ints or SymInts.
+  m.def(
+      "conv2d_out_size",
+      [](const c10::SymInt& size, const c10::SymInt& kernel, const c10::SymInt& stride, const c10::SymInt& padding,
+         const c10::SymInt& dilation) { return conv2d_out_size(size, kernel, stride, padding, dilation); },
+      py::arg("size"), py::arg("kernel"), py::arg("stride"), py::arg("padding"), py::arg("dilation"),
+      "One spatial output size of conv2d with symmetric padding (not positive when the dilated kernel is larger "
+      "than the padded input); ints or SymInts.");
+  m.def(
+      "linear_pack_columns",
+      [](const std::string& dtype_name) {
+        return linear_pack_columns(scalar_type_from_name(dtype_name, "xkernels._C.linear_pack_columns"));
+      },
+      py::arg("dtype_name"), "Columns C of a pack_linear_weight panel: its result is [ceil(N / C), K, C].");
+  m.def(
+      "conv2d_pack_numel",
+      [](const std::vector<int64_t>& weight_shape, int64_t groups, const std::string& dtype_name) {
+        return conv2d_pack_layout(weight_shape, groups,
+                                  scalar_type_from_name(dtype_name, "xkernels._C.conv2d_pack_numel"))
+            .numel;
+      },
+      py::arg("weight_shape"), py::arg("groups"), py::arg("dtype_name"),
+      "Elements of pack_conv2d_weight's result for a weight of this shape (shapes.h conv2d_pack_layout).");
 
   m.def("dispatch_record_enabled", &dispatch_record_enabled);
   m.def("set_dispatch_record_enabled", &set_dispatch_record_enabled);

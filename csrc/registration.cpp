@@ -13,24 +13,69 @@
 namespace xkernels {
 namespace {
 
-// conv2d.padding: 'same' / 'valid'. Like aten, an odd total padding is split with the
-// extra element after (right/bottom): the input is padded by that remainder first, then
-// the symmetric part goes to xkernels::conv2d. Differentiable through aten's pad.
+// The .padding overloads of conv2d, conv2d_relu and conv2d_packed: 'same' / 'valid'. Like aten, an odd total
+// padding is split with the extra element after (right/bottom): the input is padded by that remainder first,
+// then the symmetric part goes to the op with integer padding. Differentiable through aten's pad.
+struct StringPadded {
+  at::Tensor input;
+  std::vector<c10::SymInt> padding;  // symmetric, per spatial dim
+};
+StringPadded apply_string_padding(const char* op, const at::Tensor& input, at::IntArrayRef kernel_size,
+                                  c10::SymIntArrayRef stride, c10::string_view padding, c10::SymIntArrayRef dilation) {
+  const auto pads = conv2d_string_padding(op, kernel_size, C10_AS_INTARRAYREF_SLOW(stride), padding,
+                                          C10_AS_INTARRAYREF_SLOW(dilation));
+  const int64_t extra_h = pads[0][1] - pads[0][0], extra_w = pads[1][1] - pads[1][0];
+  at::Tensor x = input;
+  if (extra_h != 0 || extra_w != 0) x = at::constant_pad_nd(input, {0, extra_w, 0, extra_h}, 0);
+  return {x, {pads[0][0], pads[1][0]}};
+}
+
+// The kernel size (KH, KW) of a 4-D weight shape, checked as the ops check it.
+std::array<int64_t, 2> kernel_size_of(const char* op, const char* arg, at::IntArrayRef shape) {
+  XK_CHECK_VALUE(shape.size() == 4, op, "argument '", arg, "' must be 4-D, got ", shape.size(), "-D tensor of shape ",
+                 shape);
+  return {shape[2], shape[3]};
+}
+
 at::Tensor conv2d_padding_composite(const at::Tensor& input, const at::Tensor& weight,
                                     const std::optional<at::Tensor>& bias, c10::SymIntArrayRef stride,
                                     c10::string_view padding, c10::SymIntArrayRef dilation, c10::SymInt groups) {
-  const auto s = C10_AS_INTARRAYREF_SLOW(stride);
-  const auto d = C10_AS_INTARRAYREF_SLOW(dilation);
-  const auto pads = conv2d_string_padding(input, weight, s, padding, d);
-  at::Tensor x = input;
-  const int64_t extra_h = pads[0][1] - pads[0][0], extra_w = pads[1][1] - pads[1][0];
-  if (extra_h != 0 || extra_w != 0) x = at::constant_pad_nd(input, {0, extra_w, 0, extra_h}, 0);
+  const auto k = kernel_size_of("conv2d", "weight", weight.sizes());
+  auto [x, pad] = apply_string_padding("conv2d", input, k, stride, padding, dilation);
   static auto op = c10::Dispatcher::singleton()
                        .findSchemaOrThrow("xkernels::conv2d", "")
                        .typed<at::Tensor(const at::Tensor&, const at::Tensor&, const std::optional<at::Tensor>&,
                                          c10::SymIntArrayRef, c10::SymIntArrayRef, c10::SymIntArrayRef, c10::SymInt)>();
-  std::vector<c10::SymInt> sym_pad{pads[0][0], pads[1][0]};
-  return op.call(x, weight, bias, stride, sym_pad, dilation, std::move(groups));
+  return op.call(x, weight, bias, stride, pad, dilation, std::move(groups));
+}
+
+at::Tensor conv2d_relu_padding_composite(const at::Tensor& input, const at::Tensor& weight,
+                                         const std::optional<at::Tensor>& bias, c10::SymIntArrayRef stride,
+                                         c10::string_view padding, c10::SymIntArrayRef dilation, c10::SymInt groups,
+                                         const std::optional<at::Tensor>& residual) {
+  const auto k = kernel_size_of("conv2d_relu", "weight", weight.sizes());
+  auto [x, pad] = apply_string_padding("conv2d_relu", input, k, stride, padding, dilation);
+  static auto op =
+      c10::Dispatcher::singleton()
+          .findSchemaOrThrow("xkernels::conv2d_relu", "")
+          .typed<at::Tensor(const at::Tensor&, const at::Tensor&, const std::optional<at::Tensor>&, c10::SymIntArrayRef,
+                            c10::SymIntArrayRef, c10::SymIntArrayRef, c10::SymInt, const std::optional<at::Tensor>&)>();
+  return op.call(x, weight, bias, stride, pad, dilation, std::move(groups), residual);
+}
+
+at::Tensor conv2d_packed_padding_composite(const at::Tensor& input, const at::Tensor& packed_weight,
+                                           c10::SymIntArrayRef weight_shape, const std::optional<at::Tensor>& bias,
+                                           c10::SymIntArrayRef stride, c10::string_view padding,
+                                           c10::SymIntArrayRef dilation, c10::SymInt groups,
+                                           const std::optional<at::Tensor>& residual, bool relu) {
+  const auto k = kernel_size_of("conv2d_packed", "weight_shape", C10_AS_INTARRAYREF_SLOW(weight_shape));
+  auto [x, pad] = apply_string_padding("conv2d_packed", input, k, stride, padding, dilation);
+  static auto op = c10::Dispatcher::singleton()
+                       .findSchemaOrThrow("xkernels::conv2d_packed", "")
+                       .typed<at::Tensor(const at::Tensor&, const at::Tensor&, c10::SymIntArrayRef,
+                                         const std::optional<at::Tensor>&, c10::SymIntArrayRef, c10::SymIntArrayRef,
+                                         c10::SymIntArrayRef, c10::SymInt, const std::optional<at::Tensor>&, bool)>();
+  return op.call(x, packed_weight, weight_shape, bias, stride, pad, dilation, std::move(groups), residual, relu);
 }
 
 // layer_norm: the public op returns the output only; autograd is attached to
@@ -161,6 +206,14 @@ TORCH_LIBRARY(xkernels, m) {
   m.def(
       "conv2d.padding(Tensor input, Tensor weight, Tensor? bias=None, SymInt[2] stride=1, str padding=\"valid\", "
       "SymInt[2] dilation=1, SymInt groups=1) -> Tensor");
+  // conv2d_relu and conv2d_packed with padding='same' | 'valid' (composites as conv2d.padding).
+  m.def(
+      "conv2d_relu.padding(Tensor input, Tensor weight, Tensor? bias=None, SymInt[2] stride=1, "
+      "str padding=\"valid\", SymInt[2] dilation=1, SymInt groups=1, Tensor? residual=None) -> Tensor");
+  m.def(
+      "conv2d_packed.padding(Tensor input, Tensor packed_weight, SymInt[4] weight_shape, Tensor? bias, "
+      "SymInt[2] stride, str padding, SymInt[2] dilation, SymInt groups, Tensor? residual=None, "
+      "bool relu=False) -> Tensor");
   // Grads of conv2d (input, weight, bias); unrequested grads are empty.
   m.def(
       "conv2d_backward(Tensor grad_output, Tensor input, Tensor weight, SymInt[2] stride, SymInt[2] padding, "
@@ -185,6 +238,10 @@ TORCH_LIBRARY(xkernels, m) {
       "Tensor? weight, Tensor? bias, bool[3] output_mask) -> (Tensor, Tensor, Tensor)");
 
   m.impl("conv2d.padding", c10::DispatchKey::CompositeImplicitAutograd, TORCH_FN(xkernels::conv2d_padding_composite));
+  m.impl("conv2d_relu.padding", c10::DispatchKey::CompositeImplicitAutograd,
+         TORCH_FN(xkernels::conv2d_relu_padding_composite));
+  m.impl("conv2d_packed.padding", c10::DispatchKey::CompositeImplicitAutograd,
+         TORCH_FN(xkernels::conv2d_packed_padding_composite));
   m.impl("layer_norm", c10::DispatchKey::CompositeImplicitAutograd, TORCH_FN(xkernels::layer_norm_composite));
   m.impl("layer_norm.out", c10::DispatchKey::Autograd, TORCH_FN(xkernels::layer_norm_out_autograd));
   m.impl("fused_linear_relu_packed", c10::DispatchKey::Autograd, TORCH_FN(xkernels::fused_linear_relu_packed_autograd));

@@ -146,8 +146,8 @@ static Conv2dProblem conv2d_problem_sizes(const char* op, const at::Tensor& inpu
   XK_CHECK_VALUE(eff_kh <= ph && eff_kw <= pw, op, "argument '", wname, "': the dilated kernel size (", eff_kh, ", ",
                  eff_kw, ") is larger than the padded input size (", ph, ", ", pw, ") for input of shape ",
                  input.sizes(), ", padding ", padding, ", dilation ", dilation);
-  p.OH = (ph - eff_kh) / p.stride[0] + 1;
-  p.OW = (pw - eff_kw) / p.stride[1] + 1;
+  p.OH = conv2d_out_size(p.H, p.KH, p.stride[0], p.padding[0], p.dilation[0]);
+  p.OW = conv2d_out_size(p.W, p.KW, p.stride[1], p.padding[1], p.dilation[1]);
   // The suggestion rule (CPU's, and the packed path's, which has no weight tensor); conv2d_problem replaces
   // it by ATen's rule for the tensors' device (conv2d_channels_last).
   p.channels_last =
@@ -339,13 +339,11 @@ Conv2dProblem check_conv2d_backward(const at::Tensor& grad_output, const at::Ten
   return p;
 }
 
-std::array<std::array<int64_t, 2>, 2> conv2d_string_padding(const at::Tensor& input, const at::Tensor& weight,
+std::array<std::array<int64_t, 2>, 2> conv2d_string_padding(const char* op, at::IntArrayRef kernel_size,
                                                             at::IntArrayRef stride, c10::string_view padding,
                                                             at::IntArrayRef dilation) {
-  const char* op = "conv2d";
   check_pair(op, "stride", stride);
   check_pair(op, "dilation", dilation);
-  check_dim(op, "weight", weight, 4);
   std::array<std::array<int64_t, 2>, 2> pads{};
   if (padding == "valid") return pads;
   XK_CHECK_VALUE(padding == "same", op, "argument 'padding' must be 'same', 'valid' or integers, got '",
@@ -353,9 +351,9 @@ std::array<std::array<int64_t, 2>, 2> conv2d_string_padding(const at::Tensor& in
   XK_CHECK_VALUE(stride[0] == 1 && stride[1] == 1, op,
                  "padding='same' is not supported for strided convolutions, got stride ", stride);
   for (int d = 0; d < 2; ++d) {
-    const int64_t total = dilation[d] * (weight.size(2 + d) - 1);
-    pads[d][0] = total / 2;
-    pads[d][1] = total - total / 2;
+    const int64_t total = dilation[d] * (kernel_size[d] - 1);
+    pads[d][0] = floor_div(total, 2);
+    pads[d][1] = total - pads[d][0];
   }
   return pads;
 }

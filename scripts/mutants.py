@@ -95,6 +95,14 @@ MUTANTS: list[Mutant] = [
         "conv2d: the dilated-kernel-vs-padded-input check on the height only (issue #30, bug 1)",
     ),
     M(
+        "shapes-floor-div-truncates",
+        "csrc/include/xkernels/shapes.h",
+        "inline int64_t floor_div(int64_t a, int64_t b) { return a / b - ((a % b != 0) && ((a < 0) != (b < 0))); }",
+        "inline int64_t floor_div(int64_t a, int64_t b) { return a / b; }",
+        "tests/test_rules.py",
+        "the conv2d output-size rule (C++, exported to the fakes) divides toward zero, not toward minus infinity",
+    ),
+    M(
         "shapes-kernel-width-dilation-index",
         "csrc/shapes.cpp",
         "eff_kw = p.dilation[1] * (p.KW - 1) + 1;",
@@ -129,8 +137,8 @@ MUTANTS: list[Mutant] = [
     M(
         "shapes-output-width-off-by-one",
         "csrc/shapes.cpp",
-        "p.OW = (pw - eff_kw) / p.stride[1] + 1;",
-        "p.OW = (pw - eff_kw) / p.stride[1];",
+        "p.OW = conv2d_out_size(p.W, p.KW, p.stride[1], p.padding[1], p.dilation[1]);",
+        "p.OW = conv2d_out_size(p.W, p.KW, p.stride[1], p.padding[1], p.dilation[1]) - 1;",
         T_CONV,
         "conv2d: output width one short",
     ),
@@ -206,8 +214,8 @@ MUTANTS: list[Mutant] = [
     M(
         "ops-fake-output-width-stride",
         "python/xkernels/ops.py",
-        "OW = _conv_out_size(W, KW, stride[1], padding[1], dilation[1])",
-        "OW = _conv_out_size(W, KW, stride[0], padding[1], dilation[1])",
+        "OW = _C.conv2d_out_size(W, KW, stride[1], padding[1], dilation[1])",
+        "OW = _C.conv2d_out_size(W, KW, stride[0], padding[1], dilation[1])",
         f"{T_SIZE} -k fakes",
         "conv2d fake (meta shapes): the output width divides by stride[0]",
     ),
@@ -220,10 +228,10 @@ MUTANTS: list[Mutant] = [
         "conv2d fake: the kernel-size check on the height only",
     ),
     M(
-        "ops-same-padding-swapped",
-        "python/xkernels/ops.py",
-        "input = torch.nn.functional.pad(input, (0, extra[1], 0, extra[0]))",
-        "input = torch.nn.functional.pad(input, (0, extra[0], 0, extra[1]))",
+        "registration-same-padding-swapped",
+        "csrc/registration.cpp",
+        "x = at::constant_pad_nd(input, {0, extra_w, 0, extra_h}, 0);",
+        "x = at::constant_pad_nd(input, {0, extra_h, 0, extra_w}, 0);",
         "tests/test_conv2d.py tests/test_conv2d_relu.py -k padding",
         "conv2d padding='same': the odd extra row/column padded on the wrong side",
     ),
@@ -871,7 +879,8 @@ def totals(rows: dict) -> dict:
 
 
 def write_markdown(state: dict) -> None:
-    rows, meta = state["rows"], state.get("meta", {})
+    ids = {m.id for m in MUTANTS}  # results of mutants since removed from the table are not reported
+    rows, meta = {k: v for k, v in state["rows"].items() if k in ids}, state.get("meta", {})
     t = totals(rows)
     lines = [
         "# Planted-bug (mutation) check: last result",

@@ -196,7 +196,7 @@ def _errors():
         (
             dict(input=x, weight=w, padding="full"),
             ValueError,
-            r"xkernels\.conv2d_relu: argument 'padding' must be 'same', 'valid' or int\(s\), got 'full'",
+            r"xkernels\.conv2d_relu: argument 'padding' must be 'same', 'valid' or integers, got 'full'",
         ),
         (
             dict(input=x, weight=w, padding="same", stride=2),

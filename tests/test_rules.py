@@ -1,5 +1,6 @@
-"""Rules written once on each side of the C++/Python boundary agree: the Python conv2d output shape and 'same'
-padding (xkernels.ops, used by the fakes and xkernels.nn) against the C++ op and torch, the CPU backend choice
+"""Rules written once, in C++, and used from Python agree with torch and with the ops: the conv2d output shape
+(xkernels._C.conv2d_out_size through ops.conv2d_output_shape, used by the fakes with ints and SymInts, and by
+xkernels.nn) against the C++ op and torch, the CPU backend choice
 (xkernels._C.cpu_backend, used by xkernels.nn) against what the CPU dispatch records, and the dtype facts
 (xkernels.dtypes) against torch.finfo and the ops' own statistics dtype."""
 
@@ -46,6 +47,57 @@ def test_conv2d_output_shape_matches_the_op_and_torch(case, batched):
 def test_conv2d_output_shape_takes_ints():
     assert ops.conv2d_output_shape((1, 3, 9, 9), (2, 3, 3, 3), 2, 1, 1) == [1, 2, 5, 5]
     assert ops.conv2d_output_shape((3, 9, 9), (2, 3, 3, 3), 1, "same", 2) == [2, 9, 9]
+
+
+def test_conv2d_out_size_floors_like_python():
+    # A kernel larger than the padded input: (1 - 2 - 1) // 3 + 1 = 0 (Python's floor), where C++'s truncating
+    # division would say 1 and the fakes' "output not empty" check would pass a convolution that has no output.
+    assert _C.conv2d_out_size(1, 3, 3, 0, 1) == 0
+    assert _C.conv2d_out_size(2, 5, 2, 0, 1) == -1
+    for size, k, s, p, d in [(7, 3, 2, 1, 1), (13, 2, 3, 0, 2), (5, 5, 1, 2, 1), (1, 1, 1, 0, 1)]:
+        want = F.conv2d(torch.zeros(1, 1, size, 1), torch.zeros(1, 1, k, 1), None, (s, 1), (p, 0), (d, 1)).shape[2]
+        assert _C.conv2d_out_size(size, k, s, p, d) == want
+
+
+def test_shape_rules_take_symints_under_dynamic_compile():
+    """The fakes call the C++ rules with SymInts (dynamic=True): strided, dilated and 'same'-padded (the C++
+    .padding overload) convolutions give torch's shapes and values for several input sizes, with one graph."""
+    torch._dynamo.reset()
+    w = torch.randn(4, 3, 3, 2, dtype=torch.float64)
+
+    def f(x):
+        return (
+            ops.conv2d_relu(x, w, None, (2, 1), (1, 0), (1, 2)),
+            ops.conv2d_relu(x, w, None, 1, "same", (2, 1)),
+        )
+
+    def want(x):
+        return (
+            F.relu(F.conv2d(x, w, None, (2, 1), (1, 0), (1, 2))),
+            F.relu(F.conv2d(x, w, None, 1, "same", (2, 1))),
+        )
+
+    compiled = torch.compile(f, backend="aot_eager", dynamic=True, fullgraph=True)
+    with xkernels.use_backend("reference"):
+        for H, W in ((9, 7), (12, 11), (17, 8)):
+            x = torch.randn(2, 3, H, W, dtype=torch.float64)
+            for got, ref in zip(compiled(x), want(x), strict=True):
+                assert got.shape == ref.shape
+                torch.testing.assert_close(got, ref)
+
+
+@pytest.mark.parametrize("dtype", dtypes.DTYPES, ids=str)
+def test_pack_sizes_come_from_the_ops(dtype):
+    """The fakes' pack sizes (C++'s rule, exported) are the sizes the packing ops produce."""
+    w = torch.randn(70, 5, dtype=dtype)
+    c = _C.linear_pack_columns(str(dtype).removeprefix("torch."))
+    assert list(ops.pack_linear_weight(w).shape) == [-(-70 // c), 5, c]
+    assert list(ops.pack_linear_weight(w.to("meta")).shape) == [-(-70 // c), 5, c]
+    for shape, groups in (((12, 3, 3, 3), 1), ((16, 1, 3, 3), 16), ((64, 8, 1, 1), 2)):
+        wc = torch.randn(shape, dtype=dtype)
+        n = _C.conv2d_pack_numel(list(shape), groups, str(dtype).removeprefix("torch."))
+        assert ops.pack_conv2d_weight(wc, groups).numel() == n
+        assert ops.pack_conv2d_weight(wc.to("meta"), groups).numel() == n
 
 
 # ----------------------------------------------------------------------------- CPU backend choice

@@ -391,13 +391,7 @@ def conv2d_epilogue(
     contract); otherwise, and without ``relu``, the unfused sequence xkernels conv2d -> ``+ residual`` ->
     ``torch.relu`` (torch's broadcasting and type promotion for the add).
     """
-    if relu and (
-        residual is None
-        or (
-            residual.dtype == input.dtype
-            and list(residual.shape) == ops.conv2d_output_shape(input.shape, weight.shape, stride, padding, dilation)
-        )
-    ):
+    if relu and (residual is None or _residual_fits(input, weight, stride, padding, dilation, residual)):
         if packed_weight is not None:
             return ops.conv2d_packed(
                 input, packed_weight, weight.shape, bias, stride, padding, dilation, groups, residual, relu=True
@@ -412,6 +406,16 @@ def conv2d_epilogue(
     if relu:
         y = torch.relu(y)
     return y
+
+
+def _residual_fits(input: Tensor, weight: Tensor, stride, padding, dilation, residual: Tensor) -> bool:
+    """Whether ``residual`` meets conv2d_relu's contract: the output's dtype and shape. Under torch.compile the
+    answer is no, and the unfused sequence runs (inductor fuses its add and ReLU into one pointwise kernel):
+    the output shape is C++'s rule (xkernels._C, through ops.conv2d_output_shape), which dynamo cannot trace."""
+    if torch.compiler.is_compiling():
+        return False
+    shape = ops.conv2d_output_shape(input.shape, weight.shape, stride, padding, dilation)
+    return residual.dtype == input.dtype and list(residual.shape) == shape
 
 
 class Conv2dEpilogue(Conv2d):

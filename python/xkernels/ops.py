@@ -9,7 +9,7 @@ from collections.abc import Sequence
 import torch
 from torch import Tensor
 
-from . import _C, reference
+from . import _C
 from .dtypes import DTYPES, accumulation_dtype
 
 _ops = torch.ops.xkernels
@@ -29,22 +29,13 @@ def _pair(v: _IntOr2, name: str, op: str) -> list[int]:
 
 
 # ------------------------------------------------------------------ conv2d shape rules
-# conv2d's output size and 'same' padding in Python, written once for every Python caller: the fakes below (they
-# run on meta and fake tensors, with SymInt sizes under torch.compile, where no C++ function can be called), the
-# string padding of conv2d_relu / conv2d_packed, and xkernels.nn.conv2d_epilogue. The kernels' copy is C++
-# (csrc/shapes.cpp: conv2d_problem, conv2d_string_padding); tests/test_rules.py checks that the two agree.
+# The shape rules are C++'s (csrc/include/xkernels/shapes.h), exported through xkernels._C for the fakes below
+# (ints or SymInts: they run on meta and fake tensors, with SymInt sizes under torch.compile) and for
+# xkernels.nn; string padding ('same' / 'valid') is resolved by the ops' C++ .padding overloads.
 
 
-def _conv_out_size(size, kernel, stride, padding, dilation):
-    """One spatial output size of a convolution with symmetric `padding` (ints or SymInts)."""
-    return (size + 2 * padding - dilation * (kernel - 1) - 1) // stride + 1
-
-
-def _same_padding(kernel_size, dilation) -> tuple[list, list]:
-    """padding='same' per spatial dim as (symmetric padding, extra padding after): like aten, an odd total
-    puts the extra element after (bottom / right)."""
-    total = [d * (k - 1) for d, k in zip(dilation, kernel_size, strict=True)]
-    return [t // 2 for t in total], [t % 2 for t in total]
+def _dtype_name(dtype: torch.dtype) -> str:
+    return str(dtype).removeprefix("torch.")
 
 
 def conv2d_output_shape(input_shape: Sequence[int], weight_shape: Sequence[int], stride, padding, dilation) -> list:
@@ -52,15 +43,14 @@ def conv2d_output_shape(input_shape: Sequence[int], weight_shape: Sequence[int],
     dilation ints or pairs, padding also 'same' / 'valid'), for valid arguments: anything else gets the op's
     own error when it runs."""
     s, d = _pair(stride, "stride", "conv2d"), _pair(dilation, "dilation", "conv2d")
-    k = list(weight_shape[-2:])
-    if isinstance(padding, str):
-        p, extra = _same_padding(k, d) if padding == "same" else ([0, 0], [0, 0])
+    if padding == "same":  # stride 1 only: the output has the input's spatial size, by definition
+        spatial = list(input_shape[-2:])
     else:
-        p, extra = _pair(padding, "padding", "conv2d"), [0, 0]
-    spatial = [
-        _conv_out_size(n + e, ki, si, pi, di)
-        for n, e, ki, si, pi, di in zip(input_shape[-2:], extra, k, s, p, d, strict=True)
-    ]
+        p = [0, 0] if padding == "valid" else _pair(padding, "padding", "conv2d")
+        spatial = [
+            _C.conv2d_out_size(n, k, si, pi, di)
+            for n, k, si, pi, di in zip(input_shape[-2:], weight_shape[-2:], s, p, d, strict=True)
+        ]
     return [*input_shape[:-3], weight_shape[0], *spatial]
 
 
@@ -104,34 +94,6 @@ def conv2d(
     return _ops.conv2d(input, weight, bias, stride, _pair(padding, "padding", "conv2d"), dilation, groups)
 
 
-def _string_padding(input: Tensor, weight: Tensor, padding: str, stride: list[int], dilation: list[int], op: str):
-    """F.conv2d's padding='valid' / 'same' as (input, symmetric padding): like aten, an odd total 'same'
-    padding puts the extra element after (bottom/right), padded here so the op sees symmetric padding."""
-    if padding == "valid":
-        return input, [0, 0]
-    if padding != "same":
-        raise ValueError(f"xkernels.{op}: argument 'padding' must be 'same', 'valid' or int(s), got '{padding}'")
-    if stride != [1, 1]:
-        raise ValueError(
-            f"xkernels.{op}: padding='same' is not supported for strided convolutions, got stride {stride}"
-        )
-    sym, extra = _same_padding(weight.shape[-2:], dilation)
-    if extra != [0, 0]:
-        input = torch.nn.functional.pad(input, (0, extra[1], 0, extra[0]))
-    return input, sym
-
-
-def _conv_arguments(input: Tensor, weight: Tensor, stride, padding, dilation, op: str):
-    """(input, stride, padding, dilation) as the schema takes them: pairs, and string padding resolved."""
-    stride = _pair(stride, "stride", op)
-    dilation = _pair(dilation, "dilation", op)
-    if isinstance(padding, str):
-        input, padding = _string_padding(input, weight, padding, stride, dilation, op)
-    else:
-        padding = _pair(padding, "padding", op)
-    return input, stride, padding, dilation
-
-
 def conv2d_relu(
     input: Tensor,
     weight: Tensor,
@@ -149,8 +111,11 @@ def conv2d_relu(
     strides. The sum is formed in the accumulation type and rounded once (eager torch rounds after the
     conv and after the add); the ReLU keeps NaN, as torch.relu. Differentiable in input, weight, bias and
     residual (the gradient flows where the output is not <= 0, as torch.relu's)."""
-    input, stride, padding, dilation = _conv_arguments(input, weight, stride, padding, dilation, "conv2d_relu")
-    return _ops.conv2d_relu(input, weight, bias, stride, padding, dilation, groups, residual)
+    op = "conv2d_relu"
+    stride, dilation = _pair(stride, "stride", op), _pair(dilation, "dilation", op)
+    if isinstance(padding, str):
+        return _ops.conv2d_relu.padding(input, weight, bias, stride, padding, dilation, groups, residual)
+    return _ops.conv2d_relu(input, weight, bias, stride, _pair(padding, "padding", op), dilation, groups, residual)
 
 
 def pack_conv2d_weight(weight: Tensor, groups: int = 1) -> Tensor:
@@ -179,8 +144,12 @@ def conv2d_packed(
     op = "conv2d_packed"
     if residual is not None and not relu:
         raise ValueError(f"xkernels.{op}: argument 'residual' needs relu=True (the conv2d_relu epilogue)")
-    weight_meta = torch.empty(list(weight_shape), device="meta")
-    input, stride, padding, dilation = _conv_arguments(input, weight_meta, stride, padding, dilation, op)
+    stride, dilation = _pair(stride, "stride", op), _pair(dilation, "dilation", op)
+    if isinstance(padding, str):
+        return _ops.conv2d_packed.padding(
+            input, packed_weight, list(weight_shape), bias, stride, padding, dilation, groups, residual, relu
+        )
+    padding = _pair(padding, "padding", op)
     return _ops.conv2d_packed(
         input, packed_weight, list(weight_shape), bias, stride, padding, dilation, groups, residual, relu
     )
@@ -280,17 +249,13 @@ def _fused_linear_relu_backward_fake(grad_output, input, weight, output, output_
     return gi, gw, gb
 
 
-def _pack_columns(dtype: torch.dtype) -> int:
-    return 32 if dtype == torch.float64 else 64  # csrc/include/xkernels/shapes.h: linear_pack_columns
-
-
 @torch.library.register_fake("xkernels::pack_linear_weight")
 def _pack_linear_weight_fake(weight):
     _check_dtype_supported(weight, "weight", "pack_linear_weight")
     torch._check(
         weight.dim() == 2, lambda: f"xkernels.pack_linear_weight: argument 'weight' must be 2-D, got {weight.dim()}-D"
     )
-    c = _pack_columns(weight.dtype)
+    c = _C.linear_pack_columns(_dtype_name(weight.dtype))
     return weight.new_empty(((weight.shape[0] + c - 1) // c, weight.shape[1], c))
 
 
@@ -301,7 +266,7 @@ def _fused_linear_relu_packed_fake(input, packed_weight, bias, out_features):
     _check_same(packed_weight, "packed_weight", input, "input", op)
     _check_same(bias, "bias", input, "input", op)
     torch._check(input.dim() >= 1, lambda: f"xkernels.{op}: argument 'input' must have at least 1 dimension")
-    c = _pack_columns(input.dtype)
+    c = _C.linear_pack_columns(_dtype_name(input.dtype))
     expected = [(out_features + c - 1) // c, input.shape[-1], c]
     torch._check(
         list(packed_weight.shape) == expected,
@@ -346,8 +311,8 @@ def _conv_problem(input, weight, stride, padding, dilation, groups, op):
         Cg * groups == C,
         lambda: f"xkernels.{op}: argument 'weight' has shape {tuple(weight.shape)}: expected weight.size(1) = C/groups",
     )
-    OH = _conv_out_size(H, KH, stride[0], padding[0], dilation[0])
-    OW = _conv_out_size(W, KW, stride[1], padding[1], dilation[1])
+    OH = _C.conv2d_out_size(H, KH, stride[0], padding[0], dilation[0])
+    OW = _C.conv2d_out_size(W, KW, stride[1], padding[1], dilation[1])
     torch._check(
         OH > 0 and OW > 0,
         lambda: f"xkernels.{op}: argument 'weight': the dilated kernel size is larger than the padded input size",
@@ -403,13 +368,9 @@ def _conv2d_relu_fake(
 
 
 def _conv2d_pack_numel(weight_shape, groups: int, dtype: torch.dtype) -> int:
-    """Elements of pack_conv2d_weight's result (csrc shapes.cpp conv2d_pack_layout; the Python form of that rule
-    is xkernels.reference's, which the tests check against the C++ packing bit for bit)."""
-    O, Cpg, KH, KW = weight_shape
-    group_lanes, _, pad = reference.conv2d_pack_layout(weight_shape, groups, dtype)
-    if group_lanes:
-        return KH * KW * Cpg * (O // groups) * pad
-    return groups * -(-(O // groups) // pad) * pad * KH * KW * Cpg + 1
+    """Elements of pack_conv2d_weight's result (C++'s rule, shapes.h conv2d_pack_layout; a weight's shape is
+    concrete: a packed weight is a constant)."""
+    return _C.conv2d_pack_numel([int(n) for n in weight_shape], int(groups), _dtype_name(dtype))
 
 
 @torch.library.register_fake("xkernels::pack_conv2d_weight")

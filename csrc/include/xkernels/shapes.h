@@ -3,6 +3,7 @@
 // failure) and returns the problem sizes the kernels need.
 #pragma once
 #include <ATen/core/Tensor.h>
+#include <c10/core/SymInt.h>
 #include <c10/util/ArrayRef.h>
 #include <array>
 #include <optional>
@@ -15,6 +16,15 @@ namespace xkernels {
 
 // Host-side launch arithmetic.
 inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+// Python's a // b (rounds toward minus infinity), for ints and for SymInts: a concrete SymInt divides as
+// int64_t does (toward zero), a symbolic one as Python's floordiv.
+inline int64_t floor_div(int64_t a, int64_t b) { return a / b - ((a % b != 0) && ((a < 0) != (b < 0))); }
+inline c10::SymInt floor_div(const c10::SymInt& a, const c10::SymInt& b) {
+  const auto ia = a.maybe_as_int(), ib = b.maybe_as_int();
+  if (ia && ib) return c10::SymInt(floor_div(*ia, *ib));
+  return a / b;
+}
 
 // ---------------------------------------------------------------- fused_linear_relu
 // input [..., K] (any number of leading dims, or 1-D [K]); weight [N, K]; bias [N].
@@ -39,6 +49,14 @@ LinearProblem check_fused_linear_relu_packed(const at::Tensor& input, const at::
                                              const std::optional<at::Tensor>& bias, int64_t out_features);
 
 // ---------------------------------------------------------------- conv2d
+// One spatial output size of a convolution with symmetric `padding`: the one definition of the rule, for the
+// kernels (int64_t, conv2d_problem) and for the fake tensors under torch.compile (c10::SymInt, through the
+// Python binding xkernels._C.conv2d_out_size that python/xkernels/ops.py calls). Not positive when the dilated
+// kernel is larger than the padded input.
+template <typename Int>
+Int conv2d_out_size(const Int& size, const Int& kernel, const Int& stride, const Int& padding, const Int& dilation) {
+  return floor_div(size + 2 * padding - dilation * (kernel - 1) - 1, stride) + 1;
+}
 // F.conv2d semantics: input [N, C, H, W] or unbatched [C, H, W]; weight [O, C/groups, KH, KW];
 // bias [O]; symmetric padding (the 'same' overload pads the odd remainder first, like aten).
 struct Conv2dProblem {
@@ -95,8 +113,9 @@ Conv2dProblem check_conv2d_packed(const at::Tensor& input, const at::Tensor& pac
                                   at::IntArrayRef weight_shape, const std::optional<at::Tensor>& bias,
                                   at::IntArrayRef stride, at::IntArrayRef padding, at::IntArrayRef dilation,
                                   int64_t groups, const std::optional<at::Tensor>& residual);
-// Padding for conv2d.padding ('same' / 'valid'): per spatial dim the (before, after) amounts.
-std::array<std::array<int64_t, 2>, 2> conv2d_string_padding(const at::Tensor& input, const at::Tensor& weight,
+// Padding for the ops' .padding overloads ('same' / 'valid') of a kernel of `kernel_size` (KH, KW): per spatial
+// dim the (before, after) amounts. Like aten, an odd total 'same' padding puts the extra element after.
+std::array<std::array<int64_t, 2>, 2> conv2d_string_padding(const char* op, at::IntArrayRef kernel_size,
                                                             at::IntArrayRef stride, c10::string_view padding,
                                                             at::IntArrayRef dilation);
 // Views `t` (4-D, or 3-D when !p.batched) as 4-D and makes it dense in the problem's memory format.
