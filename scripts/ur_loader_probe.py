@@ -26,6 +26,7 @@ from pathlib import Path
 # ur_api.h (UR 0.12) values used here
 UR_RESULT_SUCCESS = 0
 UR_RESULT_ERROR_DEVICE_NOT_FOUND = 18
+UR_RESULT_ERROR_UNINITIALIZED = 37
 UR_ADAPTER_INFO_BACKEND = 0
 UR_PLATFORM_INFO_NAME = 1
 UR_DEVICE_TYPE_ALL = 2
@@ -60,6 +61,8 @@ def probe(loader: Path, devices: bool = True) -> dict:
         raise RuntimeError(f"urLoaderInit failed: ur_result_t {rc}")
     n = u32(0)
     rc = ur.urAdapterGet(0, None, ctypes.byref(n))
+    if rc == UR_RESULT_ERROR_UNINITIALIZED:  # the loader opened no adapter at all (--log says why)
+        return {"loader": str(loader), "adapters": [], "adapter_get": rc}
     if rc != UR_RESULT_SUCCESS:
         raise RuntimeError(f"urAdapterGet failed: ur_result_t {rc}")
     adapters = (vp * max(n.value, 1))()
@@ -93,7 +96,7 @@ def probe(loader: Path, devices: bool = True) -> dict:
                 }
             )
         out.append(entry)
-    return {"loader": str(loader), "adapters": out}
+    return {"loader": str(loader), "adapters": out, "adapter_get": UR_RESULT_SUCCESS}
 
 
 def main(argv: list[str] | None = None) -> int:
