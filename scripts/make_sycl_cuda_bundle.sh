@@ -2,7 +2,8 @@
 # Pack what a GPU machine without SYCL wheels needs to run xkernels' SYCL kernels on an NVIDIA GPU from the pip
 # SYCL runtime (docs/oneapi.md, "NVIDIA GPUs"), as one xz-compressed tarball under 40 MB:
 #   lib/      libsycl.so.9 and libsycl-jit (the run-time kernel compiler, with the NVPTX backend; plus the wheel's
-#             nvptx64 device-library files, 90 KB), the UR loader,
+#             nvptx64 device-library files, 90 KB), the UR loader (libsvml, which they list but never call, is an
+#             empty placeholder),
 #             Intel's math libraries they need (libimf, libsvml, libirng, libintlc), libhwloc.so.15 (from tcmlib),
 #             and Unified Runtime's CUDA adapter built by scripts/build_ur_cuda_adapter.sh with its ABI stamp;
 #   include/  the SYCL runtime's headers (sycl/, CL/, std/, unified-runtime/, xpti/), to build xkernels against;
@@ -105,6 +106,16 @@ ln -s "$(basename "$adapter")" libur_adapter_cuda.so.0
 cp "$stamp" .
 # Static symbol tables are for debuggers, not the dynamic linker: libsycl-jit alone carries 34 MB of them.
 for f in *.so*; do [ -L "$f" ] || strip --strip-unneeded "$f"; done
+# libsvml (25 MB, 3.6 MB compressed) is NEEDED by libsycl-jit and the loader only because Intel's compiler links it
+# by default: no packed library binds any of its symbols (checked here, or the script stops). An empty library
+# with its soname satisfies the dynamic linker.
+svml_syms=$(nm -D --defined-only libsvml.so | awk '{print $3}' | sed 's/@.*//' | sort -u)
+for f in *.so*; do
+  [ -L "$f" ] || [ "$f" = libsvml.so ] && continue
+  used=$(comm -12 <(nm -D --undefined-only "$f" | awk '{print $2}' | sed 's/@.*//' | sort -u) <(echo "$svml_syms"))
+  [ -z "$used" ] || { echo "make_sycl_cuda_bundle: $f binds symbols of libsvml: $used" >&2; exit 1; }
+done
+echo 'void xkernels_bundle_svml_placeholder(void) {}' | cc -shared -fPIC -x c - -Wl,-soname,libsvml.so -o libsvml.so
 cd "$SRC"
 
 # The ABI check: the adapter's stamp against this runtime's ur_ddi.h.
@@ -131,7 +142,7 @@ done
   echo "intel-sycl-rt / intel-cmplr-lib-ur / intel-cmplr-lib-rt $V, tcmlib $TCM (libhwloc), from PyPI"
   echo "CUDA adapter: $(head -n 3 "$adapter_prefix/BUILD_INFO.txt" | tail -n 2 | tr '\n' ' ')"
   echo "UR ABI (DDI layout): $built (adapter) = $runtime (runtime)"
-  echo "libraries stripped with strip --strip-unneeded"
+  echo "libraries stripped with strip --strip-unneeded; libsvml.so is an empty placeholder with its soname (nothing packed binds a symbol of it)"
   echo "use: XKERNELS_SYCL_ROOT=<dir>/$name LD_LIBRARY_PATH=<dir>/$name/lib (scripts/gpu_check.sh --sycl does this)"
   echo
   (cd "$root" && find lib -type f -printf '%s %p\n' | sort -k2 | while read -r size path; do
