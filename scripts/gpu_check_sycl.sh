@@ -6,16 +6,18 @@
 #
 #   1. unpack the bundle into $SYCL_CUDA_PREFIX (default /tmp/xk-sycl-cuda)                          ~10 s
 #   2. the UR loader of the bundle lists its adapters, platforms and devices (scripts/ur_loader_probe.py --log):
-#      the CUDA adapter must show the GPU                                                      GPU_CHECK_PROBE_S=60
+#      the CUDA adapter must show the GPU                                                      GPU_CHECK_PROBE_S=30
 #   3. build xkernels (scripts/dev_build.sh) with SYCL against the bundle (XKERNELS_SYCL_ROOT) and native CUDA
-#      when torch has CUDA, into a copy of the package at $SYCL_CUDA_PREFIX-pkg (PYTHONPATH)  GPU_CHECK_BUILD_S=300
+#      when torch has CUDA, into a copy of the package at $SYCL_CUDA_PREFIX-pkg (PYTHONPATH)  GPU_CHECK_BUILD_S=200
 #   4. python -m xkernels info: the SYCL devices, "SYCL on CUDA", the run-time compiler's PTX target
 #   --- the steps below need a GPU; --dry-run stops here ---
 #   5. tests/test_sycl_on_cuda.py (every op forward+backward with use_backend("sycl") on CUDA tensors, stream order,
-#      dispatch record), XKERNELS_REQUIRE_BACKENDS=cuda,sycl (fails, never skips, without the device) GPU_CHECK_TEST_S=240
+#      dispatch record), XKERNELS_REQUIRE_BACKENDS=cuda,sycl (fails, never skips, without the device) GPU_CHECK_TEST_S=120
 #   6. python -m xkernels check --device cuda --backends sycl --quick (every op x dtype vs the float64 oracle)
-#                                                                                               GPU_CHECK_CHECK_S=240
-#   7. python -m xkernels parity examples/model_parity.py:make --configs cpu,cuda+backend=sycl   GPU_CHECK_PARITY_S=120
+#                                                                                               GPU_CHECK_CHECK_S=120
+#   7. python -m xkernels parity examples/model_parity.py:make --configs cpu,cuda+optimize+backend=sycl   GPU_CHECK_PARITY_S=60
+# The caps add up to about 9 minutes, so one 600 s command covers the whole run. On this project's GPU machines:
+#   run(command="PYTHON=python3 scripts/gpu_check.sh --sycl $OUT/sycl", carry=[".sycl-cuda-bundle"], timeout_s=600)
 # Usage: scripts/gpu_check.sh --sycl [--dry-run] OUTDIR   (env: PYTHON, SYCL_CUDA_BUNDLE, SYCL_CUDA_PREFIX, caps)
 # OUTDIR receives env.txt, probe.log, build.log, info.log, test-sycl-on-cuda.log, junit-sycl-on-cuda.xml,
 # check.log, parity.log, summary.txt. Exit status: non-zero when a step fails (with --dry-run: when a step
@@ -73,7 +75,7 @@ export LD_LIBRARY_PATH="$P/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 
 # ---- 2. what the UR loader sees
 stamp "UR loader probe (scripts/ur_loader_probe.py --log)"
-timeout "${GPU_CHECK_PROBE_S:-60}" $PY scripts/ur_loader_probe.py --loader "$P/lib/libur_loader.so.0" --log >"$OUT/probe.log" 2>&1
+timeout "${GPU_CHECK_PROBE_S:-30}" $PY scripts/ur_loader_probe.py --loader "$P/lib/libur_loader.so.0" --log >"$OUT/probe.log" 2>&1
 probe_rc=$?
 grep -vE "^<LOADER>\[(DEBUG)\]" "$OUT/probe.log" | grep -iE "cuda|adapter|platform|device|error|fail" | head -20
 grep -qE "^    NVIDIA CUDA BACKEND: [1-9][0-9]* device" "$OUT/probe.log" && cuda_dev=1 || cuda_dev=0
@@ -94,7 +96,7 @@ PKG=${P}-pkg
 rm -rf "$PKG" && mkdir -p "$PKG"
 cp -r python/xkernels "$PKG/"
 rm -rf "$PKG"/xkernels/*.so "$PKG"/xkernels/__pycache__
-if ! PYTHON=$PY XKERNELS_OUTPUT_DIR="$PKG/xkernels" timeout "${GPU_CHECK_BUILD_S:-300}" scripts/dev_build.sh build/sycl-cuda \
+if ! PYTHON=$PY XKERNELS_OUTPUT_DIR="$PKG/xkernels" timeout "${GPU_CHECK_BUILD_S:-200}" scripts/dev_build.sh build/sycl-cuda \
   >"$OUT/build.log" 2>&1; then
   grep -iE -B2 -A6 "error" "$OUT/build.log" | tail -40
   fail "build (see build.log)"
@@ -119,7 +121,7 @@ fi
 # ---- 5. tests
 export XKERNELS_REQUIRE_BACKENDS=cuda,sycl
 stamp "tests: tests/test_sycl_on_cuda.py"
-(cd "$SRC" && timeout "${GPU_CHECK_TEST_S:-240}" $PY -m pytest tests/test_sycl_on_cuda.py -q -rfEs -p no:cacheprovider \
+(cd "$SRC" && timeout "${GPU_CHECK_TEST_S:-120}" $PY -m pytest tests/test_sycl_on_cuda.py -q -rfEs -p no:cacheprovider \
   --junitxml="$OUT/junit-sycl-on-cuda.xml") >"$OUT/test-sycl-on-cuda.log" 2>&1
 test_rc=$?
 tail -n 15 "$OUT/test-sycl-on-cuda.log"
@@ -128,7 +130,7 @@ stamp "tests exit status $test_rc"
 
 # ---- 6. check: every op x dtype on cuda with the sycl backend
 stamp "python -m xkernels check --device cuda --backends sycl --quick"
-(cd "$OUT" && timeout "${GPU_CHECK_CHECK_S:-240}" $PY -m xkernels check --device cuda --backends sycl --quick \
+(cd "$OUT" && timeout "${GPU_CHECK_CHECK_S:-120}" $PY -m xkernels check --device cuda --backends sycl --quick \
   --json "$OUT/check.json") >"$OUT/check.log" 2>&1
 check_rc=$?
 tail -n 25 "$OUT/check.log"
@@ -136,13 +138,13 @@ stamp "check exit status $check_rc"
 [[ $check_rc == 0 ]] || fail "xkernels check on cuda with sycl"
 
 # ---- 7. parity of a model: CPU vs CUDA with the sycl backend
-stamp "python -m xkernels parity examples/model_parity.py:make --configs cpu,cuda+backend=sycl"
-(cd "$SRC" && timeout "${GPU_CHECK_PARITY_S:-120}" $PY -m xkernels parity examples/model_parity.py:make \
-  --configs cpu,cuda+backend=sycl --json "$OUT/parity.json") >"$OUT/parity.log" 2>&1
+stamp "python -m xkernels parity examples/model_parity.py:make --configs cpu,cuda+optimize+backend=sycl"
+(cd "$SRC" && timeout "${GPU_CHECK_PARITY_S:-60}" $PY -m xkernels parity examples/model_parity.py:make \
+  --configs cpu,cuda+optimize+backend=sycl --json "$OUT/parity.json") >"$OUT/parity.log" 2>&1
 parity_rc=$?
 tail -n 25 "$OUT/parity.log"
 stamp "parity exit status $parity_rc"
-[[ $parity_rc == 0 ]] || fail "xkernels parity cpu vs cuda+sycl"
+[[ $parity_rc == 0 ]] || fail "xkernels parity cpu vs cuda+optimize+sycl"
 
 (cd "$OUT" && timeout 60 $PY -m xkernels info) >"$OUT/info-after.log" 2>&1 || true
 grep -E "kernels from|run-time|cuda" "$OUT/info-after.log" | head -12 | tee -a "$OUT/summary.txt"
