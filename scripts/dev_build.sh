@@ -11,7 +11,7 @@ PY=${PYTHON:-python}
 TORCH_PREFIX=$($PY -c 'import torch.utils; print(torch.utils.cmake_prefix_path)')
 TORCH_CUDA=$($PY -c 'import torch; print(torch.version.cuda or "")')
 TORCH_XPU=$($PY -c 'import torch; print("ON" if getattr(torch.version, "xpu", None) else "OFF")')
-SYCL_ROOT=$($PY -c 'import sys, os; p=sys.prefix; print(p if os.path.exists(os.path.join(p,"include/sycl/sycl.hpp")) else "")')
+SYCL_ROOT=${XKERNELS_SYCL_ROOT:-$($PY -c 'import sys, os; p=sys.prefix; print(p if os.path.exists(os.path.join(p,"include/sycl/sycl.hpp")) else "")')}
 # oneAPI ahead-of-time kernels (docs/oneapi.md): prints its summary, emits CMake arguments, fails loudly.
 mkdir -p "$BUILD_DIR"
 AOT_ARGS=$($PY -m buildtools.oneapi --build-dir "$BUILD_DIR/oneapi_aot" --library-dir "${XKERNELS_OUTPUT_DIR:-$PWD/python/xkernels}" \

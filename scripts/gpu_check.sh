@@ -10,9 +10,15 @@
 #   4. the rest of the suite (-k "not cuda"), when GPU_CHECK_REST=1                          GPU_CHECK_REST_S=150
 #   5. benchmark the CUDA backend against torch, all three ops (benchmarks/bench_cuda.py)   GPU_CHECK_BENCH_S=110
 # Usage: scripts/gpu_check.sh OUTDIR     (env: PYTHON, XKERNELS_SYCL [default OFF], TORCH_CUDA_ARCH_LIST, the caps)
+#        scripts/gpu_check.sh --sycl [--dry-run] OUTDIR   SYCL kernels on the GPU through the pip SYCL runtime and
+#        Unified Runtime's CUDA adapter, from the bundle of scripts/make_sycl_cuda_bundle.sh (scripts/gpu_check_sycl.sh)
 # OUTDIR receives env.txt, build.log, probe.log, test.log, junit.xml, causes.txt, bench.log, bench_cuda.csv,
 # summary.txt. Exit status: non-zero if the build or any test fails (the probe and the benchmark only report).
 set -uo pipefail
+if [[ "${1:-}" == "--sycl" ]]; then
+  shift
+  exec "$(dirname "$0")/gpu_check_sycl.sh" "$@"
+fi
 OUT=${1:?usage: scripts/gpu_check.sh OUTDIR}
 mkdir -p "$OUT"
 OUT=$(cd "$OUT" && pwd)

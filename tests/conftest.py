@@ -52,6 +52,7 @@ FULL_TIER_TESTS = {
             "test_setup_py_stops_with_the_planners_message",  # setup.py build_ext
         },
     ),
+    "test_ur_cuda_adapter_build.py": (COMPILER, None),  # scripts/build_ur_cuda_adapter.sh (cached), link stubs
     "test_cache_robustness.py": (COLD_CACHE, None),  # processes racing, interrupted, on fresh caches
     "test_sycl_runtime.py": (
         COLD_CACHE,

@@ -172,6 +172,9 @@ def _print_environment(console, env: dict) -> None:
         )
     else:
         head.add_row("SYCL runtime", "not built into this installation")
+    sc = env.get("sycl_cuda")
+    if sc is not None:
+        head.add_row("SYCL on CUDA", ", ".join(sc["devices"]) if sc["devices"] else f"no CUDA device: {sc['reason']}")
     head.add_row("cache", f"{env['cache']['dir']} ({_human_bytes(env['cache']['bytes'])})")
     head.add_row("backend", f"requested: {env['requested_backend']}   best device: {env['best_device']}")
     console.print(head)

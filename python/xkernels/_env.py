@@ -137,4 +137,8 @@ def prepare() -> dict[str, str]:
                 CacheDirectoryWarning,
                 stacklevel=3,
             )
+    # Unified Runtime's CUDA adapter, when built (docs/oneapi.md, "NVIDIA GPUs"): UR_ADAPTERS_SEARCH_PATH
+    from . import _ur_cuda
+
+    done.update(_ur_cuda.prepare())
     return done

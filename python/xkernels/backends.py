@@ -21,7 +21,7 @@ from typing import Any
 
 import torch
 
-from . import _C, _env
+from . import _C, _env, _ur_cuda
 
 
 class BackendUnavailableError(RuntimeError):
@@ -153,6 +153,15 @@ def _dir_size(path) -> int:
     return total
 
 
+def _sycl_devices_or_none() -> list | None:
+    if not _C.with_sycl:
+        return None
+    try:
+        return list(_C.sycl.devices())
+    except RuntimeError:
+        return None
+
+
 def info() -> dict[str, Any]:
     """Versions, build configuration, backends, devices, kernel provider and cache."""
     cache = _env.cache_dir()
@@ -164,6 +173,8 @@ def info() -> dict[str, Any]:
         "backends": {k: v.as_dict() for k, v in backends().items()},
         "cache": {"dir": str(cache), "bytes": _dir_size(cache) if cache.exists() else 0},
     }
+    # SYCL on NVIDIA GPUs through Unified Runtime's CUDA adapter: where it is, or why there is no CUDA device
+    out["sycl_cuda"] = _ur_cuda.status(_sycl_devices_or_none(), bool(_C.with_sycl))
     if _C.with_sycl:
         out["sycl"] = {
             "runtime": _C.sycl.runtime_version(),
