@@ -127,3 +127,4 @@ say "podman build -> $TAG (base $BASE_IMAGE, JUPYTER=$JUPYTER)"
   --build-context wheels="$WHEELS" \
   -f Containerfile -t "$TAG" .
 say "built $TAG: $("${PODMAN[@]}" image inspect --format '{{.Size}}' "$TAG" | awk '{printf "%.2f GB", $1/1e9}')"
+echo "run it: IMAGE=$TAG scripts/run_image.sh   (podman run with runc and the ulimits above; docs/container.md)"

@@ -1,4 +1,4 @@
-"""The container image's files (Containerfile, container/entrypoint.sh, scripts/build_image.sh, smoke_image.sh),
+"""The container image's files (Containerfile, container/entrypoint.sh, scripts/{build,run,smoke}_image.sh),
 checked without podman: the scripts parse, the Containerfile's promises hold (non-root user, cache volume,
 JUPYTER argument, what it copies exists), and the entry point's cache seeding and XKERNELS_DEVICE stop run on the
 host. Building and running the image itself: scripts/smoke_image.sh (docs/container.md)."""
@@ -19,7 +19,7 @@ import xkernels
 
 ROOT = Path(__file__).resolve().parents[1]
 ENTRYPOINT = ROOT / "container" / "entrypoint.sh"
-SCRIPTS = [ENTRYPOINT, ROOT / "scripts" / "build_image.sh", ROOT / "scripts" / "smoke_image.sh"]
+SCRIPTS = [ENTRYPOINT, *(ROOT / "scripts" / f"{n}_image.sh" for n in ("build", "run", "smoke"))]
 PKG_ROOT = str(Path(xkernels.__file__).resolve().parent.parent)
 
 
