@@ -33,9 +33,11 @@ from . import nn, parity, reference, sycl
 from ._optimize import optimize
 from .backends import (
     BackendUnavailableError,
+    DeviceUnavailableError,
     backends,
     best_device,
     current_backend,
+    device_choice,
     dispatch_record,
     empty_cache,
     info,
@@ -70,9 +72,11 @@ __all__ = [
     "info",
     "warmup",
     "best_device",
+    "device_choice",
     "dispatch_record",
     "empty_cache",
     "BackendUnavailableError",
+    "DeviceUnavailableError",
     "nn",
     "optimize",
     "parity",

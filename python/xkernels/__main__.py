@@ -3,7 +3,8 @@
   check (default)        environment, backends and devices, then every op forward and backward on
                          every available backend for a standard set of shapes and dtypes against
                          the float64 oracle; exit status 1 if anything is outside its error budget
-  info [--json]          versions, build configuration, backends, devices, kernel provider, cache
+  info [--json]          versions, build configuration, backends, devices, kernel provider, cache,
+                         and the device XKERNELS_DEVICE=auto|cpu|cuda|xpu gives (and why)
   parity MODULE:FACTORY  model-level parity for a user factory returning (model, inputs): across
                          xkernels backends, or across configurations with --configs A,B
                          (devices, dtypes / autocast, eager / compile, backends, optimize)
@@ -11,7 +12,8 @@
   cache info|clear       the on-disk kernel cache
 
 Exit status: 0 success, 1 a parity failure, 2 a usage error (bad arguments, a factory that
-cannot be loaded), 3 nothing could run (no backend available for the device).
+cannot be loaded, an invalid XKERNELS_DEVICE), 3 nothing could run (no backend available for the
+device, or the device XKERNELS_DEVICE names is absent).
 """
 
 from __future__ import annotations
@@ -124,11 +126,12 @@ def _environment() -> dict:
     env["python"] = platform.python_version()
     env["platform"] = platform.platform()
     env["machine"] = platform.machine()
-    env["best_device"] = str(xkernels.best_device())
+    env["best_device"] = env["device"]["device"]  # None when XKERNELS_DEVICE cannot be honoured
     env["env"] = {
         k: os.environ[k]
         for k in (
             "XKERNELS_BACKEND",
+            "XKERNELS_DEVICE",
             "XKERNELS_CACHE_DIR",
             "XKERNELS_DISPATCH_RECORD",
             "SYCL_CACHE_DIR",
@@ -155,6 +158,19 @@ def _device_names(devices: list) -> str:
     return "; ".join(names) or "-"
 
 
+def _device_line(dev: dict) -> str:
+    """The info/check line for XKERNELS_DEVICE: requested, chosen and why (or the error)."""
+    from rich.markup import escape
+
+    if dev["status"] != "ok":
+        return f"requested: {escape(dev['requested'])}   [red]{escape(dev['error'])}[/]"
+    return f"requested: {escape(dev['requested'])}   chosen: {dev['device']}   ({escape(dev['reason'])})"
+
+
+# XKERNELS_DEVICE's status -> exit status of the commands that need a device.
+_DEVICE_EXIT = {"invalid": EXIT_USAGE, "unavailable": EXIT_UNAVAILABLE}
+
+
 def _print_environment(console, env: dict) -> None:
     from rich.table import Table
 
@@ -176,7 +192,8 @@ def _print_environment(console, env: dict) -> None:
     if sc is not None:
         head.add_row("SYCL on CUDA", ", ".join(sc["devices"]) if sc["devices"] else f"no CUDA device: {sc['reason']}")
     head.add_row("cache", f"{env['cache']['dir']} ({_human_bytes(env['cache']['bytes'])})")
-    head.add_row("backend", f"requested: {env['requested_backend']}   best device: {env['best_device']}")
+    head.add_row("backend", f"requested: {env['requested_backend']}")
+    head.add_row("device", _device_line(env["device"]))
     console.print(head)
 
     t = Table(title="backends", title_justify="left")
@@ -307,9 +324,10 @@ def run_check(args) -> int:
 
     device = torch.device(args.device) if args.device else None
     if device is None:
-        import xkernels
-
-        device = xkernels.best_device()
+        if env["device"]["status"] != "ok":
+            console.print(f"[red]xkernels check: {env['device']['error']}[/]")
+            return _DEVICE_EXIT[env["device"]["status"]]
+        device = torch.device(env["device"]["device"])
     backends = args.backends.split(",") if args.backends else parity.backends_for_device(device)
     if not backends:
         console.print(f"[red]no xkernels backend is available for device {device}[/]")
@@ -408,9 +426,10 @@ def run_check(args) -> int:
 
 def run_info(args) -> int:
     env = _environment()
+    status = _DEVICE_EXIT.get(env["device"]["status"], EXIT_OK)  # XKERNELS_DEVICE cannot be honoured: 2 or 3
     if args.json:
         print(json.dumps(env, indent=2, default=str))
-        return EXIT_OK
+        return status
     console = _console()
     _print_environment(console, env)
     if "sycl" in env and env["sycl"].get("kernels"):
@@ -422,7 +441,9 @@ def run_info(args) -> int:
             f"SYCL kernels ({len(env['sycl']['kernels'])} instantiations; --json lists them): "
             + ", ".join(f"{k} x{n}" for k, n in groups.items())
         )
-    return EXIT_OK
+    if status != EXIT_OK:
+        console.print(f"[red]xkernels info: {env['device']['error']}[/]")
+    return status
 
 
 # ----------------------------------------------------------------------------------- parity
@@ -697,7 +718,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command")
 
     def add_check_args(c):
-        c.add_argument("--device", help="torch device to check on (default: xkernels.best_device())")
+        c.add_argument("--device", help="torch device to check on (default: xkernels.best_device(): XKERNELS_DEVICE)")
         c.add_argument("--backends", help="comma-separated backends (default: every available one for the device)")
         c.add_argument("--dtypes", help=f"comma-separated subset of {','.join(DTYPE_NAMES)}")
         c.add_argument("--ops", help=f"comma-separated subset of {','.join(OP_NAMES)}")

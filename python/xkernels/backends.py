@@ -134,14 +134,106 @@ def set_default_backend(name: str) -> None:
     _C.set_default_backend(_C.validate_backend_name(str(name), "xkernels.set_default_backend(name)"))
 
 
-def best_device() -> torch.device:
-    """The best torch device xkernels can run on here: cuda, then xpu, then cpu."""
-    if _C.with_cuda and torch.cuda.is_available():
-        return torch.device("cuda", torch.cuda.current_device())
+DEVICE_ENV = "XKERNELS_DEVICE"
+DEVICE_CHOICES = ("auto", "cpu", "cuda", "xpu")
+
+
+class DeviceUnavailableError(RuntimeError):
+    """XKERNELS_DEVICE (or best_device(requested)) names a device that is not present or not usable here."""
+
+
+@dataclass
+class DeviceChoice:
+    """What best_device() chose: the request (XKERNELS_DEVICE), the device, and why."""
+
+    requested: str
+    device: torch.device
+    reason: str
+
+    def as_dict(self) -> dict[str, str]:
+        return {"requested": self.requested, "device": str(self.device), "reason": self.reason}
+
+
+def _cuda_absent() -> str | None:
+    """Why xkernels cannot run on a CUDA device here, or None when it can."""
+    if torch.version.cuda is None:
+        return f"torch {torch.__version__} was built without CUDA"
+    if not torch.cuda.is_available():
+        return "no CUDA device is visible to torch (torch.cuda.is_available() is False)"
+    if not _C.with_cuda:
+        return "xkernels was built without its CUDA backend (nvcc not found or XKERNELS_CUDA=off at build time)"
+    return None
+
+
+def _xpu_absent() -> str | None:
+    """Why xkernels cannot run on an XPU device here, or None when it can."""
     xpu = getattr(torch, "xpu", None)
-    if _C.with_sycl and xpu is not None and xpu.is_available():
-        return torch.device("xpu", xpu.current_device())
-    return torch.device("cpu")
+    if xpu is None or not xpu.is_available():
+        if not getattr(torch.version, "xpu", None):
+            return f"torch {torch.__version__} was built without XPU support"
+        return "no XPU device is visible to torch (torch.xpu.is_available() is False)"
+    if not _C.with_sycl:
+        return "xkernels was built without its SYCL backend"
+    return None
+
+
+def _parse_device_request(requested: str | None) -> tuple[str, str]:
+    """(canonical request, where it came from); ValueError naming the variable and the allowed values."""
+    source = "best_device(requested)"
+    if requested is None:
+        requested, source = os.environ.get(DEVICE_ENV, ""), DEVICE_ENV
+    name = str(requested).strip().lower() or "auto"
+    if name not in DEVICE_CHOICES:
+        allowed = ", ".join(DEVICE_CHOICES)
+        raise ValueError(f"{source}={requested!r} is not a device xkernels knows: allowed values are {allowed}")
+    return name, source
+
+
+def device_choice(requested: str | None = None) -> DeviceChoice:
+    """The device best_device() returns, with the reason.
+
+    `requested` (default: the environment variable XKERNELS_DEVICE, unset = "auto"): "auto" takes the best
+    device present (cuda, then xpu, then cpu) and records why each better one was passed over; "cpu", "cuda"
+    or "xpu" takes that device or raises DeviceUnavailableError naming the request and why the device is
+    absent. Any other value raises ValueError listing the allowed values."""
+    name, source = _parse_device_request(requested)
+    if name == "cpu":
+        return DeviceChoice(name, torch.device("cpu"), f"requested by {source}=cpu")
+    absent = {"cuda": _cuda_absent, "xpu": _xpu_absent}
+    if name != "auto":
+        why = absent[name]()
+        if why is not None:
+            raise DeviceUnavailableError(f"{source}={name}: the {name} device is unavailable: {why}")
+        index = torch.cuda.current_device() if name == "cuda" else torch.xpu.current_device()
+        return DeviceChoice(name, torch.device(name, index), f"requested by {source}={name}")
+    passed_over = []
+    for kind in ("cuda", "xpu"):
+        why = absent[kind]()
+        if why is None:
+            index = torch.cuda.current_device() if kind == "cuda" else torch.xpu.current_device()
+            return DeviceChoice("auto", torch.device(kind, index), f"auto: the best device present is {kind}")
+        passed_over.append(f"no {kind}: {why}")
+    return DeviceChoice("auto", torch.device("cpu"), "auto: falling back to cpu (" + "; ".join(passed_over) + ")")
+
+
+def best_device(requested: str | None = None) -> torch.device:
+    """The torch device xkernels should run on here, chosen by `requested` or XKERNELS_DEVICE=auto|cpu|cuda|xpu
+    (unset: auto = cuda, then xpu, then cpu). An explicit device that is absent raises DeviceUnavailableError
+    with the reason; device_choice() returns the reason for an automatic choice too."""
+    return device_choice(requested).device
+
+
+def device_report() -> dict[str, Any]:
+    """XKERNELS_DEVICE as set, the device it gives and why, or the error it raises (for info() and the CLI):
+    {"requested", "device" (None on error), "reason", "status" ("ok", "invalid" or "unavailable"), "error"}."""
+    raw = os.environ.get(DEVICE_ENV) or "auto"
+    try:
+        choice = device_choice()
+    except ValueError as e:
+        return {"requested": raw, "device": None, "reason": "", "status": "invalid", "error": str(e)}
+    except DeviceUnavailableError as e:
+        return {"requested": raw, "device": None, "reason": "", "status": "unavailable", "error": str(e)}
+    return {**choice.as_dict(), "requested": raw, "status": "ok", "error": ""}
 
 
 def _dir_size(path) -> int:
@@ -170,6 +262,7 @@ def info() -> dict[str, Any]:
         "torch": torch.__version__,
         "build_config": dict(kv.split("=", 1) for kv in _C.build_config.split(";") if "=" in kv),
         "requested_backend": current_backend(),
+        "device": device_report(),
         "backends": {k: v.as_dict() for k, v in backends().items()},
         "cache": {"dir": str(cache), "bytes": _dir_size(cache) if cache.exists() else 0},
     }
