@@ -220,3 +220,9 @@ def test_performance_tables_one_machine_and_commit_per_table(tmp_path):
     assert "#### a.csv: CPU One, ISA not recorded, 2026-01-01 10:00 UTC, commit aaaa" in titles
     assert all("ISA not recorded" in t for t in titles)
     assert "| layer_norm | fwd | float32 | 8x8 | GB/s | 2.00 ±1% | 1.00 ±1% | 2.00x |" in out
+
+
+def test_readme_fits_a_five_minute_read():
+    """The README stays a newcomer's page (issue #22: under 10 KB); numbers and details live in docs/."""
+    size = (ROOT / "README.md").stat().st_size
+    assert size < 10_000, f"README.md is {size} bytes: move detail to docs/ to keep it under 10,000"
