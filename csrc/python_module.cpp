@@ -87,14 +87,15 @@ PYBIND11_MODULE(_C, m) {
       },
       py::arg("dtype_name"), "Columns C of a pack_linear_weight panel: its result is [ceil(N / C), K, C].");
   m.def(
-      "conv2d_pack_numel",
+      "conv2d_pack_layout",
       [](const std::vector<int64_t>& weight_shape, int64_t groups, const std::string& dtype_name) {
-        return conv2d_pack_layout(weight_shape, groups,
-                                  scalar_type_from_name(dtype_name, "xkernels._C.conv2d_pack_numel"))
-            .numel;
+        const Conv2dPackLayout l = conv2d_pack_layout(
+            weight_shape, groups, scalar_type_from_name(dtype_name, "xkernels._C.conv2d_pack_layout"));
+        return py::make_tuple(l.group_lanes, l.lanes, l.pad, l.numel);
       },
       py::arg("weight_shape"), py::arg("groups"), py::arg("dtype_name"),
-      "Elements of pack_conv2d_weight's result for a weight of this shape (shapes.h conv2d_pack_layout).");
+      "pack_conv2d_weight's layout for a weight of this shape (shapes.h conv2d_pack_layout): (lanes over groups?, "
+      "lanes, pad, numel); pad is G padded to the lanes (lanes over groups) or the output-channel panel width.");
 
   m.def("dispatch_record_enabled", &dispatch_record_enabled);
   m.def("set_dispatch_record_enabled", &set_dispatch_record_enabled);

@@ -95,7 +95,7 @@ def test_pack_sizes_come_from_the_ops(dtype):
     assert list(ops.pack_linear_weight(w.to("meta")).shape) == [-(-70 // c), 5, c]
     for shape, groups in (((12, 3, 3, 3), 1), ((16, 1, 3, 3), 16), ((64, 8, 1, 1), 2)):
         wc = torch.randn(shape, dtype=dtype)
-        n = _C.conv2d_pack_numel(list(shape), groups, str(dtype).removeprefix("torch."))
+        n = _C.conv2d_pack_layout(list(shape), groups, str(dtype).removeprefix("torch."))[3]
         assert ops.pack_conv2d_weight(wc, groups).numel() == n
         assert ops.pack_conv2d_weight(wc.to("meta"), groups).numel() == n
 

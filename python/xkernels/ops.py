@@ -370,7 +370,7 @@ def _conv2d_relu_fake(
 def _conv2d_pack_numel(weight_shape, groups: int, dtype: torch.dtype) -> int:
     """Elements of pack_conv2d_weight's result (C++'s rule, shapes.h conv2d_pack_layout; a weight's shape is
     concrete: a packed weight is a constant)."""
-    return _C.conv2d_pack_numel([int(n) for n in weight_shape], int(groups), _dtype_name(dtype))
+    return _C.conv2d_pack_layout([int(n) for n in weight_shape], int(groups), _dtype_name(dtype))[3]
 
 
 @torch.library.register_fake("xkernels::pack_conv2d_weight")

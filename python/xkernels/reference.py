@@ -19,6 +19,7 @@ import torch.nn.functional as F
 from torch import Tensor
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from . import _C
 from .dtypes import accumulation_dtype
 
 __all__ = [
@@ -154,21 +155,17 @@ def _t_conv2d_relu(input, weight, bias=None, stride=1, padding=0, dilation=1, gr
 
 
 def conv2d_pack_layout(weight_shape, groups: int, dtype: torch.dtype):
-    """(lanes over groups?, lanes, pad): csrc/include/xkernels/shapes.h conv2d_pack_layout, written again.
-    pad is G padded to the lanes (lanes over groups) or the width of the output-channel panels."""
-    O, _, _, _ = weight_shape
-    Opg, S = O // groups, (8 if dtype == torch.float64 else 16)
-
-    def up(v, m):
-        return -(-v // m) * m
-
-    if groups * up(Opg, S) > Opg * up(groups, S):
-        return True, S, up(groups, S)
-    return False, S, S * (4 if Opg >= 48 else 1)  # the panel width: S lanes x the tile's channel vectors
+    """(lanes over groups?, lanes, pad) of pack_conv2d_weight: C++'s rule (shapes.h conv2d_pack_layout, through
+    xkernels._C). pad is G padded to the lanes (lanes over groups) or the width of the output-channel panels."""
+    group_lanes, lanes, pad, _ = _C.conv2d_pack_layout(
+        [int(n) for n in weight_shape], int(groups), str(dtype).removeprefix("torch.")
+    )
+    return group_lanes, lanes, pad
 
 
 def _t_pack_conv2d_weight(weight, groups=1):
-    """pack_conv2d_weight in torch ops: the layout of shapes.h, built independently of the C++ code."""
+    """pack_conv2d_weight in torch ops: the layout shapes.h chooses, arranged here independently of the C++
+    packing code."""
     O, Cpg, KH, KW = weight.shape
     G = groups
     w5 = weight.reshape(G, O // G, Cpg, KH, KW)
