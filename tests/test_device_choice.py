@@ -87,33 +87,20 @@ def test_explicit_present_device_is_taken(fake, monkeypatch, name):
 
 
 @pytest.mark.parametrize(
-    ("present", "want"),
+    ("device", "present", "want"),
     [
-        ({"cuda": False}, "torch .* was built without CUDA"),
-        ({"cuda": False, "torch_cuda": "12.8"}, r"no CUDA device is visible to torch"),
-        ({"cuda": True, "built_cuda": False}, "xkernels was built without its CUDA backend"),
+        ("cuda", {"cuda": False}, "torch .* was built without CUDA"),
+        ("cuda", {"cuda": False, "torch_cuda": "12.8"}, r"no CUDA device is visible to torch"),
+        ("cuda", {"cuda": True, "built_cuda": False}, "xkernels was built without its CUDA backend"),
+        ("xpu", {"xpu": False}, "torch .* was built without XPU support"),
+        ("xpu", {"xpu": False, "torch_xpu": "2025.3"}, r"no XPU device is visible to torch"),
+        ("xpu", {"xpu": True, "built_sycl": False}, "xkernels was built without its SYCL backend"),
     ],
 )
-def test_explicit_cuda_absent_raises_with_the_reason(fake, monkeypatch, present, want):
+def test_explicit_absent_device_raises_with_the_reason(fake, monkeypatch, device, present, want):
     fake(**present)
-    monkeypatch.setenv("XKERNELS_DEVICE", "cuda")
-    prefix = "XKERNELS_DEVICE=cuda: the cuda device is unavailable: "
-    with pytest.raises(xkernels.DeviceUnavailableError, match=prefix + want):
-        xkernels.best_device()
-
-
-@pytest.mark.parametrize(
-    ("present", "want"),
-    [
-        ({"xpu": False}, "torch .* was built without XPU support"),
-        ({"xpu": False, "torch_xpu": "2025.3"}, r"no XPU device is visible to torch"),
-        ({"xpu": True, "built_sycl": False}, "xkernels was built without its SYCL backend"),
-    ],
-)
-def test_explicit_xpu_absent_raises_with_the_reason(fake, monkeypatch, present, want):
-    fake(**present)
-    monkeypatch.setenv("XKERNELS_DEVICE", "xpu")
-    prefix = "XKERNELS_DEVICE=xpu: the xpu device is unavailable: "
+    monkeypatch.setenv("XKERNELS_DEVICE", device)
+    prefix = f"XKERNELS_DEVICE={device}: the {device} device is unavailable: "
     with pytest.raises(xkernels.DeviceUnavailableError, match=prefix + want):
         xkernels.best_device()
 
