@@ -1,12 +1,14 @@
-// The ONLY TORCH_LIBRARY(xkernels, m): every schema, with a one-line comment each.
-// Backend kernels are registered per dispatch key at the end of each backend's
-// host files (csrc/cpu, csrc/sycl, csrc/cuda). Composite ops live here.
+// The ONLY TORCH_LIBRARY(xkernels, m): every schema, with a one-line comment each, the composite ops, and the
+// CPU dispatch key's implementations (at the end). The CUDA and XPU keys register in their backends' files
+// (csrc/cuda/registration.cpp, csrc/sycl/xpu_registration.cpp), which are built only with those backends.
 #include <ATen/ATen.h>
 #include <ATen/core/LegacyTypeDispatch.h>
 #include <ATen/core/grad_mode.h>
 #include <torch/csrc/autograd/variable.h>
 #include <torch/library.h>
 
+#include "xkernels/backend.h"
+#include "xkernels/entry.h"
 #include "xkernels/shapes.h"
 #include "xkernels/torch_compat.h"
 
@@ -246,4 +248,24 @@ TORCH_LIBRARY(xkernels, m) {
   m.impl("layer_norm.out", c10::DispatchKey::Autograd, TORCH_FN(xkernels::layer_norm_out_autograd));
   m.impl("fused_linear_relu_packed", c10::DispatchKey::Autograd, TORCH_FN(xkernels::fused_linear_relu_packed_autograd));
   m.impl("conv2d_packed", c10::DispatchKey::Autograd, TORCH_FN(xkernels::conv2d_packed_autograd));
+}
+
+// Every op's CPU dispatch-key implementation: the op's registered entry function (xkernels/entry.h: validation,
+// empty sizes) with the CPU chooser, which picks the reference kernels (csrc/cpu/), the SYCL CPU device or, when
+// selected, the acpp backend.
+TORCH_LIBRARY_IMPL(xkernels, CPU, m) {
+  using xkernels::choose_cpu_backend;
+  namespace entry = xkernels::entry;
+  m.impl("fused_linear_relu", &entry::fused_linear_relu<choose_cpu_backend>);
+  m.impl("fused_linear_relu_backward", &entry::fused_linear_relu_backward<choose_cpu_backend>);
+  m.impl("pack_linear_weight", &entry::pack_linear_weight<choose_cpu_backend>);
+  m.impl("fused_linear_relu_packed", &entry::fused_linear_relu_packed<choose_cpu_backend>);
+  m.impl("conv2d", &entry::conv2d<choose_cpu_backend>);
+  m.impl("conv2d_relu", &entry::conv2d_relu<choose_cpu_backend>);
+  m.impl("pack_conv2d_weight", &entry::pack_conv2d_weight<choose_cpu_backend>);
+  m.impl("conv2d_packed", &entry::conv2d_packed<choose_cpu_backend>);
+  m.impl("conv2d_backward", &entry::conv2d_backward<choose_cpu_backend>);
+  m.impl("layer_norm_forward", &entry::layer_norm_forward<choose_cpu_backend>);
+  m.impl("layer_norm.out", &entry::layer_norm_out<choose_cpu_backend>);
+  m.impl("layer_norm_backward", &entry::layer_norm_backward<choose_cpu_backend>);
 }
