@@ -123,7 +123,7 @@ def check_abi(adapter: Path, prefix: Path | None) -> tuple[bool | None, str]:
         return None, f"not checked: no {STAMP} beside the adapter (not built by scripts/build_ur_cuda_adapter.sh)"
     if header is None or not header.is_file():
         return None, "not checked: the SYCL runtime has no include/unified-runtime/ur_ddi.h"
-    built = stamp.read_text().split()[0] if stamp.read_text().split() else ""
+    built = (stamp.read_text().split() or [""])[0]
     try:
         have = ddi_digest(header)
     except (OSError, ValueError) as e:

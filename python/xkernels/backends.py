@@ -177,6 +177,11 @@ def _xpu_absent() -> str | None:
     return None
 
 
+def _present_device(kind: str) -> torch.device:
+    """The current device of a present `kind` ("cuda" or "xpu")."""
+    return torch.device(kind, getattr(torch, kind).current_device())
+
+
 def _parse_device_request(requested: str | None) -> tuple[str, str]:
     """(canonical request, where it came from); ValueError naming the variable and the allowed values."""
     source = "best_device(requested)"
@@ -204,14 +209,12 @@ def device_choice(requested: str | None = None) -> DeviceChoice:
         why = absent[name]()
         if why is not None:
             raise DeviceUnavailableError(f"{source}={name}: the {name} device is unavailable: {why}")
-        index = torch.cuda.current_device() if name == "cuda" else torch.xpu.current_device()
-        return DeviceChoice(name, torch.device(name, index), f"requested by {source}={name}")
+        return DeviceChoice(name, _present_device(name), f"requested by {source}={name}")
     passed_over = []
     for kind in ("cuda", "xpu"):
         why = absent[kind]()
         if why is None:
-            index = torch.cuda.current_device() if kind == "cuda" else torch.xpu.current_device()
-            return DeviceChoice("auto", torch.device(kind, index), f"auto: the best device present is {kind}")
+            return DeviceChoice("auto", _present_device(kind), f"auto: the best device present is {kind}")
         passed_over.append(f"no {kind}: {why}")
     return DeviceChoice("auto", torch.device("cpu"), "auto: falling back to cpu (" + "; ".join(passed_over) + ")")
 
@@ -245,29 +248,21 @@ def _dir_size(path) -> int:
     return total
 
 
-def _sycl_devices_or_none() -> list | None:
-    if not _C.with_sycl:
-        return None
-    try:
-        return list(_C.sycl.devices())
-    except RuntimeError:
-        return None
-
-
 def info() -> dict[str, Any]:
     """Versions, build configuration, backends, devices, kernel provider and cache."""
     cache = _env.cache_dir()
+    statuses = backends()
     out = {
         "xkernels": _C.__version__,
         "torch": torch.__version__,
         "build_config": dict(kv.split("=", 1) for kv in _C.build_config.split(";") if "=" in kv),
         "requested_backend": current_backend(),
         "device": device_report(),
-        "backends": {k: v.as_dict() for k, v in backends().items()},
+        "backends": {k: v.as_dict() for k, v in statuses.items()},
         "cache": {"dir": str(cache), "bytes": _dir_size(cache) if cache.exists() else 0},
     }
     # SYCL on NVIDIA GPUs through Unified Runtime's CUDA adapter: where it is, or why there is no CUDA device
-    out["sycl_cuda"] = _ur_cuda.status(_sycl_devices_or_none(), bool(_C.with_sycl))
+    out["sycl_cuda"] = _ur_cuda.status(statuses["sycl"].devices, bool(_C.with_sycl))
     if _C.with_sycl:
         out["sycl"] = {
             "runtime": _C.sycl.runtime_version(),
