@@ -456,6 +456,22 @@ MUTANTS: list[Mutant] = [
         "SYCL linear panel GEMM: a later K block does not resume from the previous blocks' partial sums",
     ),
     M(
+        "sycl-linear-amx-relu-nan",
+        "csrc/sycl/kernels/fused_linear_relu_amx.hpp",
+        "v = v < 0.0f ? 0.0f : v;  // NaN propagates, as torch.relu",
+        "v = v > 0.0f ? v : 0.0f;  // NaN propagates, as torch.relu",
+        "tests/test_sycl_fused_linear_relu_amx.py",
+        "SYCL bf16 GEMM on AMX: ReLU turns NaN into 0 (killed only on a CPU with AMX; elsewhere the tests skip)",
+    ),
+    M(
+        "sycl-linear-amx-row-block",
+        "csrc/sycl/kernels/fused_linear_relu_amx.hpp",
+        "global(xp + ((m0 / 16 + j) * (K / 2) + k0 / 2) * 32), 32);",
+        "global(xp + ((m0 / 16) * (K / 2) + k0 / 2) * 32), 32);",
+        "tests/test_sycl_fused_linear_relu_amx.py",
+        "SYCL bf16 GEMM on AMX: the second 16-row tile reads the first's activations (killed only on a CPU with AMX)",
+    ),
+    M(
         "sycl-linear-dot-k-tail",
         "csrc/sycl/kernels/fused_linear_relu.hpp",
         "const bool ok = k_full + lane < K;",

@@ -27,6 +27,7 @@ import torch
 
 import xkernels
 
+import _amx_guard
 import _backends
 
 # Tests only the full tier runs, because they start a compiler or a build, build kernels into an empty kernel
@@ -73,6 +74,7 @@ FULL_TIER_BACKEND_TESTS = {"test_cross_implementation.py": "acpp"}
 
 
 def pytest_configure(config):
+    _amx_guard.check()  # before anything touches SYCL: a wrong AMX guard must fail a test, not abort the suite
     config.addinivalue_line(
         "markers",
         "explicit_device: the test puts its tensors on backend.device itself (the backend fixture leaves torch's "

@@ -3,8 +3,11 @@
 #include <ATen/ATen.h>
 
 #include <cstdlib>
+#include <fstream>
 #include <memory>
 #include <mutex>
+#include <set>
+#include <sstream>
 #include <string>
 #include <unordered_map>
 
@@ -52,6 +55,22 @@ std::string type_string(const sycl::device& d) {
   return "other";
 }
 
+// The CPU's flags as /proc/cpuinfo lists them (the first processor's; empty where the file is missing).
+std::set<std::string> cpu_flags() {
+  std::ifstream f("/proc/cpuinfo");
+  std::string line;
+  while (std::getline(f, line)) {
+    if (line.rfind("flags", 0) != 0) continue;
+    const size_t colon = line.find(':');
+    if (colon == std::string::npos) continue;
+    std::istringstream words(line.substr(colon + 1));
+    std::set<std::string> out;
+    for (std::string w; words >> w;) out.insert(w);
+    return out;
+  }
+  return {};
+}
+
 DeviceTraits make_traits(const sycl::device& d) {
   DeviceTraits t;
   t.is_cpu = d.is_cpu();
@@ -62,6 +81,7 @@ DeviceTraits make_traits(const sycl::device& d) {
   t.sub_group_sizes = d.get_info<sycl::info::device::sub_group_sizes>();
   t.name = d.get_info<sycl::info::device::name>();
   t.native_vector_width_float = d.get_info<sycl::info::device::native_vector_width_float>();
+  t.amx_bf16 = t.is_cpu && d.has(sycl::aspect::ext_intel_matrix) && amx_status().first;
   return t;
 }
 
@@ -142,6 +162,25 @@ const Registry& registry() {
     return r;
   }();
   return reg;
+}
+
+std::pair<bool, std::string> amx_status() {
+  static const std::pair<bool, std::string> status = []() -> std::pair<bool, std::string> {
+    const char* off = std::getenv("XKERNELS_SYCL_AMX");
+    if (off && std::string(off) == "0") return {false, "turned off (XKERNELS_SYCL_AMX=0)"};
+    const std::set<std::string> flags = cpu_flags();
+    if (!flags.count("amx_bf16") || !flags.count("amx_tile"))
+      return {false, "the CPU reports no amx_bf16/amx_tile in /proc/cpuinfo"};
+    const char* target = std::getenv("CL_CONFIG_CPU_TARGET_ARCH");
+    const std::string t = target ? target : "";
+    if (t != "sapphirerapids" && t != "graniterapids")
+      return {false,
+              "CL_CONFIG_CPU_TARGET_ARCH is '" + (target ? t : std::string("<unset>")) +
+                  "', not an AMX architecture (sapphirerapids, graniterapids): building a joint_matrix kernel "
+                  "for another target aborts the process; import xkernels before any SYCL user so it can set it"};
+    return {true, "AMX bf16 (joint_matrix, CL_CONFIG_CPU_TARGET_ARCH=" + t + ")"};
+  }();
+  return status;
 }
 
 const DeviceTraits& traits_of_device(const sycl::device& d) {

@@ -7,11 +7,13 @@
 //              db = sum_rows(G)                     linear_column_sum
 //              dX = G @ W,  dW = G^T @ X            the same GEMM kernels, other strides
 //
-// GEMM variant, per device (XKERNELS_SYCL_GEMM_VARIANT=auto|cpu|gpu, read at every call;
+// GEMM variant, per device (XKERNELS_SYCL_GEMM_VARIANT=auto|cpu|gpu|amx, read at every call;
 // default auto): "cpu" = the register-blocked sub-group kernels (linear_gemm_panel, and
 // linear_gemm_dot for the forward pass with few rows), chosen automatically for CPU devices;
-// "gpu" = the local-memory tiled kernel (linear_gemm_tiled), chosen for every other device.
-// Forcing a variant lets both be tested on any device; "cpu" needs sub-groups of 16.
+// "gpu" = the local-memory tiled kernel (linear_gemm_tiled), chosen for every other device;
+// "amx" = the bf16 forward on the CPU's matrix unit (kernels/fused_linear_relu_amx.hpp), chosen
+// automatically for bf16 forward passes where the device has it and the shape fits (amx_applies).
+// Forcing a variant lets each be tested on any device that has it; "cpu" needs sub-groups of 16.
 #include <ATen/ATen.h>
 
 #include <algorithm>
@@ -21,6 +23,7 @@
 
 #include "sycl/host_alloc.h"
 #include "sycl/launch.h"
+#include "sycl/runtime_info.h"
 #include "xkernels/checks.h"
 #include "xkernels/dispatch.h"
 #include "xkernels/entry.h"
@@ -52,9 +55,13 @@ struct LinearConfig {
   static constexpr int64_t kRowsPerChunk = 32;
   static constexpr int64_t kMaxChunks = 256;
   static constexpr int64_t kColumnLocal = 16;  // work-items per work-group of the column kernels
+  // bf16 forward on AMX from this many rows (below, the FMA kernels; see amx_applies).
+  static constexpr int64_t kAmxMinRows = 1;
+  // Packed activations per chunk of row blocks of the AMX GEMM (half of a 2 MiB L2, beside the weight slice).
+  static constexpr int64_t kAmxChunkBytes = int64_t{1} << 20;
 };
 
-enum class GemmVariant { Cpu, Gpu };
+enum class GemmVariant { Cpu, Gpu, Amx };
 
 // Lane width of the CPU kernels: 16 (one AVX-512 vector of fp32), or 8 on devices with 16 vector registers
 // (simd_lanes, kernel_table.h), whose tiles (PanelTile / DotTile<T, 8>) fit that register file; 16 under acpp.
@@ -75,15 +82,23 @@ void with_cpu_lanes(const Launcher& L, F&& f) {
   f(std::integral_constant<int, 16>{});
 }
 
-GemmVariant choose_variant(const Launcher& L) {
-  const DeviceTraits& t = L.traits();
+// The variant asked for: "" (auto), "cpu", "gpu" or "amx".
+std::string requested_variant() {
   const char* env = std::getenv(kVariantEnv);
   std::string v = env ? env : "";
   std::transform(v.begin(), v.end(), v.begin(), [](unsigned char c) { return std::tolower(c); });
-  if (v.empty() || v == "auto") return t.is_cpu && cpu_kernels_run_on(L) ? GemmVariant::Cpu : GemmVariant::Gpu;
+  if (v == "auto") v.clear();
+  XK_CHECK_VALUE(v.empty() || v == "cpu" || v == "gpu" || v == "amx", kOp, "environment variable ", kVariantEnv,
+                 " must be 'auto', 'cpu', 'gpu' or 'amx', got '", env, "'");
+  return v;
+}
+
+// The FMA GEMMs' variant (every GEMM but the bf16 forward on AMX, which amx_applies decides).
+GemmVariant choose_variant(const Launcher& L) {
+  const DeviceTraits& t = L.traits();
+  const std::string v = requested_variant();
+  if (v.empty() || v == "amx") return t.is_cpu && cpu_kernels_run_on(L) ? GemmVariant::Cpu : GemmVariant::Gpu;
   if (v == "gpu") return GemmVariant::Gpu;
-  XK_CHECK_VALUE(v == "cpu", kOp, "environment variable ", kVariantEnv, " must be 'auto', 'cpu' or 'gpu', got '", env,
-                 "'");
   XK_CHECK(cpu_kernels_run_on(L), kOp, "GEMM variant 'cpu' (", kVariantEnv, ") needs sub-groups of ", cpu_lanes(L),
            " but device '", t.name, "' does not support them");
   return GemmVariant::Cpu;
@@ -260,12 +275,79 @@ void gemm(Launcher& L, GemmVariant variant, const at::Tensor& A, const at::Tenso
   L.finish(C);
 }
 
+// ---- bfloat16 on AMX (kernels/fused_linear_relu_amx.hpp): out^T = W x X^T on the matrix unit, W as stored.
+// Taken where the device can (DeviceTraits::amx_bf16) and the shape has no edge tiles (K % 32, N % 32) and enough
+// rows to fill a tile reasonably (the 16-row tile computes 16 rows however few there are).
+// XKERNELS_SYCL_GEMM_VARIANT=amx insists (a clear error where it cannot run); cpu / gpu keep the FMA kernels.
+bool amx_applies(const Launcher& L, at::ScalarType dtype, const LinearProblem& p) {
+  const std::string v = requested_variant();
+  if (v == "cpu" || v == "gpu") return false;
+  const bool fits = p.K % xk::AmxTile::kTileK == 0 && p.N % 32 == 0 && p.M >= LinearConfig::kAmxMinRows;
+  if (v == "amx") {
+    XK_CHECK(L.traits().amx_bf16, kOp, "GEMM variant 'amx' (", kVariantEnv, ") is not available on SYCL device '",
+             L.traits().name, "': ", amx_status().second);
+    XK_CHECK_VALUE(dtype == at::kBFloat16, kOp, "GEMM variant 'amx' (", kVariantEnv,
+                   ") computes bfloat16 only, got input dtype ", c10::toString(dtype));
+    XK_CHECK_VALUE(fits, kOp, "GEMM variant 'amx' (", kVariantEnv,
+                   ") needs in_features % 32 == 0 and out_features % 32 == 0, got in_features=", p.K,
+                   ", out_features=", p.N);
+    return true;
+  }
+  return dtype == at::kBFloat16 && L.traits().amx_bf16 && fits;
+}
+
+void amx_forward(Launcher& L, const at::Tensor& x, const at::Tensor& w, const at::Tensor& bias, at::Tensor& out) {
+  using T = xk::bf16;
+  const int64_t M = x.size(0), K = x.size(1), N = w.size(0);
+  TORCH_INTERNAL_ASSERT(
+      x.stride(1) == 1 && x.stride(0) % 2 == 0 && reinterpret_cast<uintptr_t>(x.const_data_ptr()) % 4 == 0,
+      "amx_forward: X must be row-contiguous, 4-byte aligned, with an even row stride");
+  const int64_t row_blocks = ceil_div(M, int64_t{16});
+  // X packed into 16-row VNNI blocks (rows past M zero); queued before the GEMM that reads it (in-order queue).
+  at::Tensor xp = empty({row_blocks * 16, K}, x.options());
+  const int64_t pair_chunks = ceil_div(K / 2, xk::kAmxPackPairsPerGroup);
+  L.launch<xk::linear_amx_pack_x, T>(
+      sycl::nd_range<1>(sycl::range<1>(row_blocks * pair_chunks * 16), sycl::range<1>(16)),
+      {.X = cptr<T>(x), .ldx = x.stride(0), .Xp = mptr<T>(xp), .M = M, .K = K, .pair_chunks = pair_chunks});
+  auto run = [&](auto BIAS, auto TM_) {
+    constexpr int TN = 2, TM = decltype(TM_)::value;
+    const int64_t m_groups = ceil_div(M, int64_t{16} * TM);
+    const int64_t groups = m_groups * (N / (16 * TN));
+    // Row blocks per chunk: their packed activations (16*TM rows x K bf16) within kAmxChunkBytes.
+    const int64_t m_chunk = std::clamp<int64_t>(LinearConfig::kAmxChunkBytes / (16 * TM * K * 2), 1, m_groups);
+    L.launch<xk::linear_gemm_amx<decltype(BIAS)::value, TN, TM>, T>(
+        sycl::nd_range<1>(sycl::range<1>(groups * 16), sycl::range<1>(16)), {.W = cptr<T>(w),
+                                                                             .ldw = w.stride(0),
+                                                                             .Xp = cptr<T>(xp),
+                                                                             .bias = cptr_or_null<T>(bias),
+                                                                             .C = mptr<T>(out),
+                                                                             .ldc = N,
+                                                                             .M = M,
+                                                                             .N = N,
+                                                                             .K = K,
+                                                                             .m_groups = m_groups,
+                                                                             .m_chunk = m_chunk});
+  };
+  using one = std::integral_constant<int, 1>;
+  using two = std::integral_constant<int, 2>;
+  if (bias.defined())
+    M > 16 ? run(std::true_type{}, two{}) : run(std::true_type{}, one{});
+  else
+    M > 16 ? run(std::false_type{}, two{}) : run(std::false_type{}, one{});
+  L.finish(out);  // xp dies here
+}
+
 at::Tensor forward(Launcher L, const at::Tensor& input, const at::Tensor& weight, const at::Tensor& bias,
                    const LinearProblem& p) {
   const at::Tensor x = input.reshape({p.M, p.K}).contiguous();
   const at::Tensor w = weight.contiguous();
   const at::Tensor b = contiguous_if_defined(bias);
   at::Tensor out = empty({p.M, p.N}, x.options());
+  if (amx_applies(L, x.scalar_type(), p)) {
+    // The packing kernel moves bf16 pairs as 32-bit words: X 4-byte aligned (a view's odd offset is copied).
+    amx_forward(L, reinterpret_cast<uintptr_t>(x.const_data_ptr()) % 4 ? x.clone() : x, w, b, out);
+    return out.view(p.out_sizes);
+  }
   XK_DISPATCH_DEVICE_TYPES(x.scalar_type(), "fused_linear_relu",
                            [&] { gemm<T>(L, choose_variant(L), x, w.t(), b, /*relu=*/true, out); });
   return out.view(p.out_sizes);
@@ -368,6 +450,11 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> backward(Launcher L, const at::Te
 }  // namespace
 
 int64_t linear_dot_max_rows() { return LinearConfig::kDotMaxRows; }
+
+bool linear_amx_for_cpu_tensors(int64_t out_features, int64_t in_features) {
+  const LinearProblem p{.M = LinearConfig::kAmxMinRows, .N = out_features, .K = in_features};
+  return amx_applies(Launcher::for_tensor(at::empty({0}, at::kBFloat16)), at::kBFloat16, p);
+}
 
 at::Tensor fused_linear_relu(const at::Tensor& input, const at::Tensor& weight, const at::Tensor& bias,
                              const LinearProblem& p) {

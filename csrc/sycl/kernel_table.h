@@ -90,6 +90,7 @@ template <typename K, typename T>
 bool supported_on(const DeviceTraits& t) {
   if (std::is_same_v<T, double> && !t.fp64) return false;
   if (std::is_same_v<T, xk::half> && !t.fp16) return false;
+  if (xk::is_amx<K>::value && !t.amx_bf16) return false;
   constexpr int S = xk::sub_group_of<K>::value;
   if (S > 0) {
     bool ok = false;

@@ -39,12 +39,16 @@ py::dict device_dict(const DeviceRecord& r) {
 
 void bind_user_kernels(py::module_& m);  // user_kernels.cpp
 
-int64_t linear_dot_max_rows();  // fused_linear_relu.cpp
+int64_t linear_dot_max_rows();                                               // fused_linear_relu.cpp
+bool linear_amx_for_cpu_tensors(int64_t out_features, int64_t in_features);  // fused_linear_relu.cpp
 
 void bind_python(py::module_& m) {
   m.def("linear_dot_max_rows", &linear_dot_max_rows,
         "Forward fused_linear_relu calls with at most this many rows use the dot kernel (weight read as given); "
         "more rows use the panel GEMM (packed weight).");
+  m.def("linear_amx_for_cpu_tensors", &linear_amx_for_cpu_tensors, py::arg("out_features"), py::arg("in_features"),
+        "Whether a bfloat16 fused_linear_relu forward of this weight shape on CPU tensors runs on AMX (the weight read "
+        "as stored: nothing to pre-pack).");
   bind_user_kernels(m);
   m.def(
       "acpp_device",
@@ -179,6 +183,13 @@ void bind_python(py::module_& m) {
       },
       "Per usable device, where its kernels come from: dicts (device, backend, source, image, choice, groups: "
       "{kernel file: what it got, for the groups built so far}).");
+  m.def(
+      "amx_status",
+      []() {
+        const auto s = amx_status();
+        return py::make_tuple(s.first, s.second);
+      },
+      "(on, why): whether bf16 fused_linear_relu may run on AMX (joint_matrix kernels), and the reason.");
   m.def("runtime_compile_env", &runtime_compile_env,
         "Environment set for the runtime's kernel compiler before the first run-time build (one line per variable).");
   m.def(

@@ -21,6 +21,12 @@ struct DeviceRecord {
   std::string unusable_reason;  // why not, when !usable
 };
 
+// Whether bf16 GEMMs may run on the CPU's AMX unit through joint_matrix kernels compiled at run time, and why
+// (not): XKERNELS_SYCL_AMX is not 0, /proc/cpuinfo has amx_bf16 and amx_tile, and the OpenCL CPU compiler's target
+// (CL_CONFIG_CPU_TARGET_ARCH, read by that runtime when it loads; python/xkernels/_env.py sets it) is an AMX
+// architecture. Decided once per process. A CPU device's DeviceTraits::amx_bf16 is this and its ext_intel_matrix.
+std::pair<bool, std::string> amx_status();
+
 // Traits of any device (discovered ones are cached; others, e.g. sub-devices, are added).
 const DeviceTraits& traits_of_device(const sycl::device& d);
 

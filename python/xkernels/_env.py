@@ -6,6 +6,14 @@ OCL_ICD_FILENAMES (appending to a user's value, never replacing it). Compiled ke
 persist in the SYCL runtime's on-disk cache, under XKERNELS_CACHE_DIR (default: the
 user's cache directory). Both must be in place before the first SYCL platform query.
 
+AMX: on a CPU whose /proc/cpuinfo lists amx_bf16 and amx_tile we set CL_CONFIG_CPU_TARGET_ARCH=sapphirerapids
+(unless the user set it, or XKERNELS_SYCL_AMX=0), so that the OpenCL CPU compiler, which reads it once when it
+loads, can build the bf16 joint_matrix kernels (csrc/sycl/kernels/fused_linear_relu_amx.hpp). Its default
+("auto") follows the CPUID model number, which on some virtual machines names a CPU without AMX although
+the AMX flags are set; building a joint_matrix kernel then aborts the process (../shared/SYCL_RUNTIME.md).
+The setting is the compiler's target for every kernel of the process; the native side enables the AMX kernels
+only when it is in force (xkernels.info()["sycl"]["amx"] says why or why not).
+
 OpenMP spinning: torch's OpenMP (libgomp) workers spin after each parallel region (by default
 300000 polls of the work flag), and so do the OpenCL CPU runtime's TBB workers after each SYCL
 kernel; on a machine with few cores the two pools then fight for the cores when torch and
@@ -51,6 +59,39 @@ def find_opencl_cpu_runtime() -> Path | None:
 
 
 _OPENMP_LIBS = ("libgomp", "libiomp5", "libomp.so", "libomp-")
+
+
+AMX_TARGET = "sapphirerapids"  # the OpenCL CPU compiler's name for the first CPUs with AMX
+
+
+def cpu_flags() -> set[str]:
+    """The CPU's flags as /proc/cpuinfo lists them (empty where there is no such file)."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
+            for line in f:
+                if line.startswith("flags"):
+                    return set(line.partition(":")[2].split())
+    except OSError:
+        pass
+    return set()
+
+
+def _amx_target() -> str | None:
+    """The CL_CONFIG_CPU_TARGET_ARCH to set for AMX, or None (not an AMX CPU, turned off, or the user's)."""
+    if os.environ.get("XKERNELS_SYCL_AMX") == "0" or "CL_CONFIG_CPU_TARGET_ARCH" in os.environ:
+        return None
+    if _mapped("libintelocl"):  # the OpenCL CPU runtime loaded before us has read its target already
+        return None
+    return AMX_TARGET if {"amx_bf16", "amx_tile"} <= cpu_flags() else None
+
+
+def _mapped(name: str) -> bool:
+    """Whether a library whose path contains `name` is mapped into this process (Linux; else False)."""
+    try:
+        with open("/proc/self/maps", encoding="utf-8", errors="replace") as f:
+            return name in f.read()
+    except OSError:
+        return False
 
 
 def openmp_runtime_loaded() -> bool:
@@ -117,6 +158,10 @@ def prepare() -> dict[str, str]:
         if str(ocl) not in parts:
             os.environ["OCL_ICD_FILENAMES"] = ":".join(parts + [str(ocl)])
             done["OCL_ICD_FILENAMES"] = os.environ["OCL_ICD_FILENAMES"]
+    target = _amx_target()
+    if target is not None:
+        os.environ["CL_CONFIG_CPU_TARGET_ARCH"] = target
+        done["CL_CONFIG_CPU_TARGET_ARCH"] = target
     if "SYCL_CACHE_PERSISTENT" not in os.environ:
         os.environ["SYCL_CACHE_PERSISTENT"] = "1"
         done["SYCL_CACHE_PERSISTENT"] = "1"

@@ -61,7 +61,8 @@ class FusedLinearReLU(nn.Module):
     in-place update (``with torch.no_grad(): m.weight.add_(1)``), ``m.weight = Parameter(...)``,
     ``.to(dtype)``, ``load_state_dict``. Everything else (training, other backends and devices,
     torch.compile tracing) uses ``fused_linear_relu`` with the parameter itself, so gradients
-    always flow to ``weight``. The cache costs one weight-sized tensor of memory.
+    always flow to ``weight``. The cache costs one weight-sized tensor of memory. On a CPU with AMX a bfloat16
+    weight with both feature counts multiples of 32 is not packed: the op's AMX kernel reads it as stored.
 
     Why opt-in: a change to the weight's values that bypasses autograd's version counter is
     invisible to the cache and the module would keep computing with the old values. Such changes
@@ -121,7 +122,12 @@ class FusedLinearReLU(nn.Module):
         """The cached packed weight when this call can use it (see the class docstring), else None."""
         if self.weight.dim() != 2:
             return None
-        return _packed_copy(self, input, self.bias, ops.pack_linear_weight)
+        return _packed_copy(self, input, self.bias, ops.pack_linear_weight, self._amx_reads_weight)
+
+    def _amx_reads_weight(self) -> bool:
+        """bfloat16 on a CPU with AMX: fused_linear_relu reads the weight as stored (nothing to pre-pack)."""
+        w = self.weight
+        return w.dtype == torch.bfloat16 and bool(_C.sycl.linear_amx_for_cpu_tensors(w.shape[0], w.shape[1]))
 
     def invalidate_packed_weight(self) -> None:
         """Drops the packed copy of the weight (rebuilt at the next call that uses it). Needed only after the
@@ -134,11 +140,18 @@ class FusedLinearReLU(nn.Module):
         )
 
 
-def _packed_copy(module: nn.Module, input: Tensor, bias: Tensor | None, pack: Callable[[Tensor], Tensor]):
+def _packed_copy(
+    module: nn.Module,
+    input: Tensor,
+    bias: Tensor | None,
+    pack: Callable[[Tensor], Tensor],
+    unpacked_is_faster: Callable[[], bool] | None = None,
+):
     """`module.weight` packed by `pack`, cached on the module, when this call can use a packed copy: packing
     on, not tracing, no gradient needed, CPU tensors of the weight's dtype on the SYCL backend; else None.
     The cache key (weight object, data_ptr, _version, shape, dtype, device, backend) rebuilds the copy after
-    any change autograd's version counter sees (FusedLinearReLU's docstring says which changes it does not)."""
+    any change autograd's version counter sees (FusedLinearReLU's docstring says which changes it does not).
+    `unpacked_is_faster()`, asked last (on the SYCL backend only): True where the unpacked op is the faster one."""
     w = module.weight
     if not module.pack_weight or torch.compiler.is_compiling():
         return None
@@ -149,7 +162,7 @@ def _packed_copy(module: nn.Module, input: Tensor, bias: Tensor | None, pack: Ca
     if w.device.type != "cpu" or input.device != w.device or input.dtype != w.dtype:
         return None
     backend = _cpu_backend(w.dtype)
-    if backend != "sycl":
+    if backend != "sycl" or (unpacked_is_faster is not None and unpacked_is_faster()):
         return None
     key = (w.data_ptr(), w._version, tuple(w.shape), w.dtype, w.device, backend)
     cached = module.__dict__.get("_packed_cache")

@@ -1,0 +1,228 @@
+"""fused_linear_relu's bfloat16 forward on AMX (csrc/sycl/kernels/fused_linear_relu_amx.hpp).
+
+On a CPU with AMX (amx_bf16 and amx_tile in /proc/cpuinfo) xkernels sets the OpenCL CPU compiler's target to
+sapphirerapids at import, and bf16 forward passes whose feature counts are multiples of 32 run on the matrix
+unit (joint_matrix kernels built at run time). XKERNELS_SYCL_GEMM_VARIANT=amx insists on that path (an error
+where it cannot run), cpu/gpu keep the FMA kernels. The kernel tests skip, with the reason, on CPUs without AMX;
+the guard's tests run everywhere, the AMX-building ones in child processes (a wrong guard aborts a process).
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+import torch
+
+import xkernels
+from xkernels import _C, _env
+from xkernels.tolerances import assert_close, between_backends
+
+import _amx_guard
+import _backends
+
+VARIANT_ENV = "XKERNELS_SYCL_GEMM_VARIANT"
+AMX_TARGETS = ("sapphirerapids", "graniterapids")
+
+
+def amx_on() -> tuple[bool, str]:
+    on, why = _C.sycl.amx_status()
+    return bool(on), str(why)
+
+
+@pytest.fixture(scope="module")
+def sycl_available():
+    _backends.get("sycl")
+
+
+@pytest.fixture
+def amx(sycl_available, monkeypatch):
+    """The AMX path forced (XKERNELS_SYCL_GEMM_VARIANT=amx) on the sycl backend; skips where there is none."""
+    on, why = amx_on()
+    if not on:
+        pytest.skip(f"no AMX path on this machine: {why}")
+    monkeypatch.setenv(VARIANT_ENV, "amx")
+    with xkernels.use_backend("sycl"):
+        yield
+
+
+def oracle(x, w, b):
+    return torch.relu(x.double() @ w.double().t() + (0 if b is None else b.double()))
+
+
+# ---------------------------------------------------------------------------------------------- the guard
+
+
+def test_the_guard_agrees_with_the_cpu_and_the_compiler_target(sycl_available):
+    """amx_status is on exactly where the CPU has AMX, the compiler target is an AMX architecture and it is not
+    turned off; its reason names what is missing."""
+    on, why = amx_on()
+    flags = _env.cpu_flags()
+    target = os.environ.get("CL_CONFIG_CPU_TARGET_ARCH", "")
+    off = os.environ.get("XKERNELS_SYCL_AMX") == "0"
+    expected = {"amx_bf16", "amx_tile"} <= flags and target in AMX_TARGETS and not off
+    assert on == expected, f"amx_status says {on} ({why}); flags/target/off say {expected} ({target!r}, {off})"
+    if off:
+        assert "XKERNELS_SYCL_AMX=0" in why
+    elif not {"amx_bf16", "amx_tile"} <= flags:
+        assert "/proc/cpuinfo" in why
+    elif not on:
+        assert "CL_CONFIG_CPU_TARGET_ARCH" in why
+    assert xkernels.info()["sycl"]["amx"] == {"on": on, "why": why}
+
+
+def test_import_sets_the_target_only_on_amx_cpus(monkeypatch):
+    """_env sets CL_CONFIG_CPU_TARGET_ARCH=sapphirerapids where the CPU has AMX, and never over the user's value,
+    with XKERNELS_SYCL_AMX=0, or once the OpenCL CPU runtime is loaded (it has read its target then)."""
+    monkeypatch.delenv("CL_CONFIG_CPU_TARGET_ARCH", raising=False)
+    monkeypatch.delenv("XKERNELS_SYCL_AMX", raising=False)
+    monkeypatch.setattr(_env, "_mapped", lambda name: False)
+    monkeypatch.setattr(_env, "cpu_flags", lambda: {"avx512f", "amx_bf16", "amx_tile"})
+    assert _env._amx_target() == "sapphirerapids"
+    monkeypatch.setattr(_env, "cpu_flags", lambda: {"avx2", "avx512f", "avx512_bf16"})
+    assert _env._amx_target() is None
+    monkeypatch.setattr(_env, "cpu_flags", lambda: {"amx_bf16", "amx_tile"})
+    monkeypatch.setenv("XKERNELS_SYCL_AMX", "0")
+    assert _env._amx_target() is None
+    monkeypatch.delenv("XKERNELS_SYCL_AMX")
+    monkeypatch.setenv("CL_CONFIG_CPU_TARGET_ARCH", "auto")
+    assert _env._amx_target() is None
+    monkeypatch.delenv("CL_CONFIG_CPU_TARGET_ARCH")
+    monkeypatch.setattr(_env, "_mapped", lambda name: name == "libintelocl")
+    assert _env._amx_target() is None
+
+
+def test_the_amx_path_runs_in_a_child_process():
+    """conftest ran the AMX path in a child before the suite used SYCL (tests/_amx_guard.py): it must have
+    succeeded where the CPU has AMX."""
+    if _amx_guard.result is None:
+        pytest.skip("the CPU has no AMX (or XKERNELS_SYCL_AMX=0): no AMX kernel to build")
+    ok, out = _amx_guard.result
+    assert ok, f"the AMX path failed in a child process (turned off for this run):\n{out}"
+
+
+def test_a_target_without_amx_keeps_the_fma_kernels_and_the_process_alive(sycl_available):
+    """With the user's CL_CONFIG_CPU_TARGET_ARCH=auto (the target that aborts a joint_matrix build on this
+    project's AMX VMs) the guard is off, a bf16 forward that would fit AMX runs on the FMA kernels, and the
+    process lives. On CPUs without AMX the same holds with any target."""
+    code, out = _amx_guard.run_child({"CL_CONFIG_CPU_TARGET_ARCH": "auto", "XKERNELS_SYCL_GEMM_VARIANT": "auto"})
+    assert code == 0 and "AMX-STATUS False" in out and "AMX-CHILD-OK" in out, out[-3000:]
+    assert "CL_CONFIG_CPU_TARGET_ARCH" in out or "/proc/cpuinfo" in out, out[-3000:]
+
+
+# ---------------------------------------------------------------------------------------------- the kernels
+
+# (M, N, K): M across the 16-row tile and the 32-row work-group (1, 15, 16, 17, 31, 33, 100), N = one and
+# several 32-channel blocks, K = one and several 32-k steps.
+SHAPES = [(1, 32, 32), (15, 64, 96), (16, 32, 64), (17, 96, 32), (31, 32, 128), (33, 64, 320), (100, 160, 256)]
+
+
+@pytest.mark.parametrize("with_bias", [True, False], ids=["bias", "nobias"])
+@pytest.mark.parametrize("M,N,K", SHAPES, ids=[f"M{m}-N{n}-K{k}" for m, n, k in SHAPES])
+def test_matches_float64(amx, M, N, K, with_bias):
+    scale = K**-0.25
+    x = (torch.randn(M, K) * scale).bfloat16()
+    w = (torch.randn(N, K) * scale).bfloat16()
+    b = torch.randn(N).bfloat16() if with_bias else None
+    with torch.no_grad():
+        y = xkernels.fused_linear_relu(x, w, b)
+    assert_close(y, oracle(x, w, b), torch.bfloat16, f"fused_linear_relu[amx] M={M} N={N} K={K}", terms=K)
+    assert (y > 0).any() and (y == 0).any()
+
+
+def test_integers_are_exact_and_equal_the_fma_kernels(amx, monkeypatch):
+    """Small integers: every product and sum is exact in fp32 whatever the order, so AMX, the FMA kernels and
+    float64 agree bit for bit (an indexing slip of one row, column or k step cannot hide in the tolerance)."""
+    M, N, K = 37, 96, 160
+    x = torch.randint(-3, 4, (M, K)).bfloat16()
+    w = torch.randint(-3, 4, (N, K)).bfloat16()
+    b = torch.randint(-3, 4, (N,)).bfloat16()
+    with torch.no_grad():
+        y = xkernels.fused_linear_relu(x, w, b)
+        monkeypatch.setenv(VARIANT_ENV, "cpu")
+        y_fma = xkernels.fused_linear_relu(x, w, b)
+    assert torch.equal(y, oracle(x, w, b).bfloat16())
+    assert torch.equal(y, y_fma)
+
+
+def test_a_3d_input_and_views(amx):
+    """A [B, T, K] input, a transposed (non-contiguous) weight and an input view at an odd element offset (the
+    packing kernel moves bf16 pairs as 32-bit words: such a view is copied first)."""
+    x = torch.randn(2, 9, 64).bfloat16()
+    w = torch.randn(64, 32).bfloat16().t()  # [32, 64], not contiguous
+    b = torch.randn(32).bfloat16()
+    flat = torch.randn(1 + 13 * 64).bfloat16()
+    odd = flat[1:].view(13, 64)
+    with torch.no_grad():
+        y = xkernels.fused_linear_relu(x, w, b)
+        y_odd = xkernels.fused_linear_relu(odd, w, b)
+    assert_close(y, oracle(x.reshape(-1, 64), w, b).reshape(2, 9, 32), torch.bfloat16, "3-D input", terms=64)
+    assert_close(y_odd, oracle(odd, w, b), torch.bfloat16, "odd offset", terms=64)
+
+
+def test_nan_and_inf_propagate_like_torch(amx):
+    """NaN in an input row gives NaN in that row's outputs (ReLU keeps NaN); +Inf gives +Inf or NaN as torch's."""
+    x = torch.randn(20, 64).bfloat16()
+    w = torch.randn(32, 64).bfloat16()
+    x[3, 5] = float("nan")
+    x[7, 0] = float("inf")
+    with torch.no_grad():
+        y = xkernels.fused_linear_relu(x, w, None)
+    expected = torch.relu(x.float() @ w.float().t())
+    assert torch.equal(torch.isnan(y), torch.isnan(expected))
+    assert torch.equal(torch.isinf(y), torch.isinf(expected))
+    assert torch.isnan(y[3]).all()
+
+
+def test_auto_takes_the_amx_path_and_cpu_does_not(sycl_available, monkeypatch):
+    """With the variant on auto a fitting bf16 forward builds and uses the AMX kernel file (the provider lists
+    the group for the device); the module layer does not pre-pack such a weight."""
+    on, why = amx_on()
+    if not on:
+        pytest.skip(f"no AMX path on this machine: {why}")
+    monkeypatch.setenv(VARIANT_ENV, "auto")
+    with xkernels.use_backend("sycl"), torch.no_grad():
+        xkernels.fused_linear_relu(torch.randn(5, 64).bfloat16(), torch.randn(32, 64).bfloat16(), None)
+    groups = {g for d in _C.sycl.provider_devices() for g in d["groups"]}
+    assert "fused_linear_relu_amx.hpp" in groups, groups
+    assert _C.sycl.linear_amx_for_cpu_tensors(32, 64)
+    assert not _C.sycl.linear_amx_for_cpu_tensors(33, 64) and not _C.sycl.linear_amx_for_cpu_tensors(32, 48)
+    m = xkernels.nn.FusedLinearReLU(64, 32, pack_weight=True).bfloat16()
+    with xkernels.use_backend("sycl"), torch.no_grad():
+        y = m(torch.randn(3, 64).bfloat16())
+    assert "_packed_cache" not in m.__dict__ and y.shape == (3, 32)
+    monkeypatch.setenv(VARIANT_ENV, "cpu")
+    assert not _C.sycl.linear_amx_for_cpu_tensors(32, 64)
+
+
+def test_forcing_amx_where_it_cannot_run_names_the_reason(sycl_available, monkeypatch):
+    monkeypatch.setenv(VARIANT_ENV, "amx")
+    on, why = amx_on()
+    with xkernels.use_backend("sycl"), torch.no_grad():
+        if not on:
+            with pytest.raises(RuntimeError, match="GEMM variant 'amx'.*not available"):
+                xkernels.fused_linear_relu(torch.randn(4, 64).bfloat16(), torch.randn(32, 64).bfloat16(), None)
+            return
+        with pytest.raises(ValueError, match="out_features % 32 == 0, got in_features=64, out_features=48"):
+            xkernels.fused_linear_relu(torch.randn(4, 64).bfloat16(), torch.randn(48, 64).bfloat16(), None)
+        with pytest.raises(ValueError, match="bfloat16 only, got input dtype Float"):
+            xkernels.fused_linear_relu(torch.randn(4, 64), torch.randn(32, 64), None)
+
+
+def test_backward_through_an_amx_forward(amx):
+    """Training in bf16: the forward runs on AMX, the backward on the FMA kernels; gradients within bf16's
+    tolerance of float64 and of the reference backend's."""
+    x = torch.randn(24, 64).bfloat16().requires_grad_()
+    w = (torch.randn(32, 64) * 0.2).bfloat16().requires_grad_()
+    b = torch.randn(32).bfloat16().requires_grad_()
+    y = xkernels.fused_linear_relu(x, w, b)
+    go = torch.randn_like(y)
+    grads = torch.autograd.grad(y, (x, w, b), go)
+    ref = [t.detach().double().requires_grad_() for t in (x, w, b)]
+    ref_grads = torch.autograd.grad(oracle(*ref), ref, go.double())
+    for name, g, r in zip(("input", "weight", "bias"), grads, ref_grads):
+        assert_close(g, r, torch.bfloat16, f"grad of {name}", terms=64)
+    with xkernels.use_backend("reference"):
+        y_ref = xkernels.fused_linear_relu(x.detach(), w.detach(), b.detach())
+    rtol, atol = between_backends(torch.bfloat16, terms=64)
+    torch.testing.assert_close(y.detach().float(), y_ref.float(), rtol=rtol, atol=atol)
