@@ -226,3 +226,109 @@ def test_readme_fits_a_five_minute_read():
     """The README stays a newcomer's page (issue #22: under 10 KB); numbers and details live in docs/."""
     size = (ROOT / "README.md").stat().st_size
     assert size < 10_000, f"README.md is {size} bytes: move detail to docs/ to keep it under 10,000"
+
+
+# ---------------------------------------------------------------- every figure names its machine and commit
+# Issue #22: "every figure in the docs names its machine and commit". A figure here is a markdown table or an
+# output block (a fenced block without a source-language tag) holding a measured quantity: a time, a rate, a
+# measured size, a speed ratio like 1.23x, or (output blocks) an error magnitude like 3.79e-06. Its attribution is
+# the text before it since the nearest heading or the previous figure, whichever is nearer, plus the paragraph
+# right after it (a caption) unless that paragraph leads in the next block. It must hold a commit ("commit" then a
+# 7-40 hex hash with a digit, maybe -dirty) and a machine (Xeon, EPYC, an NVIDIA GPU) or "machine not recorded".
+# The generated tables of docs/performance.md are covered too: perf_tables.py titles each one so.
+_UNIT = r"(?:ms|us|µs|s|min|GFLOP/s|TFLOP/s|GB/s|MB/s|MB|GB|KB|KiB|MiB|GiB)"
+_MEASURED = re.compile(rf"(?<![\w.])\d+(?:\.\d+)?(?:-\d+(?:\.\d+)?)? ?{_UNIT}(?![\w/])|(?<![\w.])\d+\.\d+x(?!\w)")
+_ERROR = re.compile(r"(?<![\w.])\d\.\d+e[-+]\d\d(?!\w)")
+_COMMIT = re.compile(r"\bcommits?\b[^\n]{0,40}?(?<![\w-])(?=[0-9a-f]*\d)[0-9a-f]{7,40}(?:-dirty)?(?![\w])")
+_MACHINE = re.compile(r"Xeon|EPYC|H200|H100|A100|NVIDIA|machine not recorded", re.I)
+# Fenced blocks in these languages are source to type, not output (a number in them is an argument).
+_SOURCE_LANGS = {"python", "py", "bash", "sh", "cpp", "c++", "c", "cmake", "toml", "yaml", "dockerfile", "ini"}
+_HEADING = re.compile(r"^#{1,6} ")
+
+
+def _blocks(lines: list[str]):
+    """(first line, last line, holds a figure) of every fenced block and table (line numbers 0-based)."""
+    i = 0
+    while i < len(lines):
+        ln = lines[i]
+        if ln.startswith("```"):
+            j = i + 1
+            while j < len(lines) and not lines[j].startswith("```"):
+                j += 1
+            lang = ln[3:].strip().split()[0].lower() if ln[3:].strip() else ""
+            body = "\n".join(lines[i + 1 : j])
+            yield i, j, lang not in _SOURCE_LANGS and bool(_MEASURED.search(body) or _ERROR.search(body))
+            i = j + 1
+        elif ln.lstrip().startswith("|"):
+            j = i
+            while j + 1 < len(lines) and lines[j + 1].lstrip().startswith("|"):
+                j += 1
+            # code spans are commands and names, not figures
+            rows = [re.sub(r"`[^`]*`", "", r) for r in lines[i : j + 1]]
+            yield i, j, any(_MEASURED.search(r) for r in rows)
+            i = j + 1
+        else:
+            i += 1
+
+
+def _attributions(lines: list[str]):
+    """(first line, kind, attribution text) of every figure: the text before it since the nearest heading or the
+    previous figure, whichever is nearer, the figure itself, and the paragraph right after it unless that
+    paragraph leads in the next block (then it is that block's caption)."""
+    blocks = list(_blocks(lines))
+    starts = {b[0] for b in blocks}
+    prev_end = -1
+    for first, last, figure in blocks:
+        if not figure:
+            continue
+        start = first
+        while start > prev_end + 1 and not _HEADING.match(lines[start]):
+            start -= 1
+        end = last + 1
+        while end < len(lines) and not lines[end].strip():
+            end += 1
+        after = end
+        while after < len(lines) and lines[after].strip() and not _HEADING.match(lines[after]) and after not in starts:
+            after += 1
+        nxt = after
+        while nxt < len(lines) and not lines[nxt].strip():
+            nxt += 1
+        if nxt in starts or after in starts:
+            after = end
+        kind = "output block" if lines[first].startswith("```") else "table"
+        yield first, kind, "\n".join(lines[start:after]) if after > end else "\n".join(lines[start : last + 1])
+        prev_end = last
+
+
+def unattributed_figures(doc: Path) -> list[str]:
+    bad = []
+    for first, kind, ctx in _attributions(doc.read_text().split("\n")):
+        missing = [what for what, rx in (("commit", _COMMIT), ("machine", _MACHINE)) if not rx.search(ctx)]
+        if missing:
+            bad.append(f"{_name(doc)}:{first + 1}: {kind} with measured figures names no {' and no '.join(missing)}")
+    return bad
+
+
+@pytest.mark.parametrize("doc", DOCS, ids=lambda p: p.relative_to(ROOT).as_posix())
+def test_figures_name_machine_and_commit(doc):
+    bad = unattributed_figures(doc)
+    assert not bad, "\n".join(bad)
+
+
+def test_the_figure_check_catches_an_unattributed_figure(tmp_path):
+    """A table or output block with measured figures and no commit or machine before it in its section (or in the
+    paragraph after it) fails; one with both passes; a figure in a code span or a python block is no figure."""
+    doc = tmp_path / "doc.md"
+    doc.write_text(
+        "# Doc\n\nOn the Intel Xeon, commit abc1234:\n\n| case | time |\n|---|---|\n| a | 1.5 ms |\n\n"
+        "## Next\n\n| case | ratio |\n|---|---|\n| b | 1.25x |\n\n"
+        "## Output\n\n```\nOK: 80 checks (9.3 s)\n```\n\n(Output at commit 0123abcd-dirty; machine not recorded.)\n\n"
+        "## Caption after, machine only\n\n```\nerr 3.79e-06\n```\n\nOn the AMD EPYC.\n\n"
+        "## Not figures\n\n| flag | default |\n|---|---|\n| `--timeout 5s` | 8 minutes |\n\n"
+        "```python\nx = 1.5  # 2 s\n```\n"
+    )
+    bad = [b.rsplit("/", 1)[-1] for b in unattributed_figures(doc)]
+    assert bad == [
+        "doc.md:11: table with measured figures names no commit and no machine",
+        "doc.md:25: output block with measured figures names no commit",
+    ], bad
