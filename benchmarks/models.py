@@ -1,7 +1,10 @@
 """Model-level benchmarks: python -m benchmarks.models [--quick] [--models ...] [--providers ...]
 
 Cases (float32, CPU):
-  resnet50   eval, batch 1 and 8, 224x224 (xkernels.models.resnet50, BN statistics calibrated on one batch)
+  resnet50   eval, batch 1 and 8, 224x224 (xkernels.models.resnet50, BN statistics calibrated on one batch);
+             one training step at batch 2, 224x224 (--train-batch; --quick: 112x112): train mode, so torch's
+             BatchNorm with batch statistics, xkernels' convolutions (optimize() of a train-mode model folds
+             nothing and fuses no epilogue), forward, MSE loss on the 1000 logits, backward, SGD step
   encoder    pre-LN transformer encoder, 4 layers, d=768, 12 heads, FFN 3072 (ReLU), batch 1 x 512 tokens:
              inference, and one training step (forward, MSE loss, backward, SGD step)
   mlp        Linear+ReLU blocks 1024-4096-4096-4096-1024, batch 64: inference and one training step
@@ -56,6 +59,9 @@ from xkernels.parity import tensor_error
 from .harness import CSV_FIELDS, RESULTS_DIR, env_summary, provenance
 
 MODEL_CSV_FIELDS = CSV_FIELDS + ["warmup_s", "parity_budget_used", "peer_over_xkernels", "note"]
+# ResNet-50 training step batch: 2 keeps a step (~25 GFLOP at 224x224) near a second on a 2-core CPU, and with
+# BatchNorm's batch statistics over 2 x 7 x 7 values in the last stage still meaningful.
+TRAIN_BATCH = 2
 XK_REFERENCE = "xkernels[sycl]"  # the ratios' denominator (falls back to the first xkernels provider timed)
 
 
@@ -76,12 +82,15 @@ def _seeded(seed):
     return torch.Generator().manual_seed(seed + 1)
 
 
-def _resnet(batch: int, size: int = 224, stages=(3, 4, 6, 3)):
+def _resnet(batch: int, size: int = 224, stages=(3, 4, 6, 3), mode: str = "infer"):
     def build():
         g = _seeded(50)
         model = M.ResNet(stages)
         M.calibrate_batchnorm(model, torch.randn(4, 3, 64, 64, generator=g))
-        return model.eval(), torch.randn(batch, 3, size, size, generator=g), None
+        x = torch.randn(batch, 3, size, size, generator=g)
+        if mode == "train":  # BatchNorm on batch statistics (and its running statistics updated), as torch trains
+            return model.train(), x, torch.randn(batch, model.fc.out_features, generator=g)
+        return model.eval(), x, None
 
     return build
 
@@ -110,13 +119,18 @@ def _mlp(mode: str, batch: int, sizes=(1024, 4096, 4096, 4096, 1024)):
 
 def build_cases(args) -> list[ModelCase]:
     out = []
+    modes = getattr(args, "modes", None) or ("infer", "train")
     if "resnet50" in args.models:
         size = 224 if not args.quick else 112
-        for b in args.batches:
-            out.append(ModelCase("resnet50", "infer", f"batch={b},{size}x{size}", b, _resnet(b, size)))
+        if "infer" in modes:
+            for b in args.batches:
+                out.append(ModelCase("resnet50", "infer", f"batch={b},{size}x{size}", b, _resnet(b, size)))
+        if "train" in modes:
+            b = getattr(args, "train_batch", None) or TRAIN_BATCH
+            out.append(ModelCase("resnet50", "train", f"batch={b},{size}x{size}", b, _resnet(b, size, mode="train")))
     if "encoder" in args.models:
         layers, tokens = (4, 512) if not args.quick else (2, 128)
-        for mode in ("infer", "train"):
+        for mode in (m for m in ("infer", "train") if m in modes):
             out.append(
                 ModelCase(
                     "encoder",
@@ -127,7 +141,7 @@ def build_cases(args) -> list[ModelCase]:
                 )
             )
     if "mlp" in args.models:
-        for mode in ("infer", "train"):
+        for mode in (m for m in ("infer", "train") if m in modes):
             out.append(ModelCase("mlp", mode, "1024-4096-4096-4096-1024,batch=64", 64, _mlp(mode, 64)))
     return out
 
@@ -556,13 +570,19 @@ def main(argv=None) -> int:
     ap.add_argument(
         "--quick",
         action="store_true",
-        help="small shapes (ResNet-50 at 112x112 batch 1, encoder "
+        help="small shapes (ResNet-50 at 112x112, inference batch 1, encoder "
         "2 layers x 128 tokens), 3 rounds: a smoke test of the whole pipeline",
     )
     ap.add_argument(
         "--models", nargs="+", default=["resnet50", "encoder", "mlp"], choices=["resnet50", "encoder", "mlp"]
     )
     ap.add_argument("--batches", nargs="+", type=int, default=None, help="ResNet-50 batch sizes (default 1 8)")
+    ap.add_argument(
+        "--train-batch", type=int, default=TRAIN_BATCH, help=f"ResNet-50 training step batch (default {TRAIN_BATCH})"
+    )
+    ap.add_argument(
+        "--modes", nargs="+", default=["infer", "train"], choices=["infer", "train"], help="cases to run (default both)"
+    )
     ap.add_argument(
         "--providers",
         nargs="+",

@@ -605,10 +605,26 @@ MUTANTS: list[Mutant] = [
     M(
         "sycl-ln-grad-bias-partial",
         "csrc/sycl/kernels/layer_norm.hpp",
-        "          if (pb) pb[j] += d;\n",
-        "          if (pb) pb[j] = d;\n",
+        "        if (pb) pb[j] += d;\n",
+        "        if (pb) pb[j] = d;\n",
         f"{T_LN} -k sycl",
         "SYCL layer_norm grad_bias (with grad_weight): a block keeps only its last row",
+    ),
+    M(
+        "sycl-ln-grad-weight-xhat",
+        "csrc/sycl/kernels/layer_norm.hpp",
+        "        if (pw) pw[j] += d * xhat;\n",
+        "        if (pw) pw[j] += d;\n",
+        f"{T_LN} -k sycl",
+        "SYCL layer_norm grad_weight: the partial sums add dy, not dy * xhat",
+    ),
+    M(
+        "sycl-ln-grad-input-sums-tail",
+        "csrc/sycl/kernels/layer_norm.hpp",
+        "        if (tail) sums(full + lane, sg1, sgx1);\n",
+        "",
+        f"{T_LN} -k sycl",
+        "SYCL layer_norm grad_input: the row's partial last step left out of mean(g) and mean(g * xhat)",
     ),
     M(
         "sycl-ln-grad-final-last-block",

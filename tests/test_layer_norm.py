@@ -238,3 +238,39 @@ def test_out_dispatch_record(backend):
     with xkernels.dispatch_record() as rec:
         xkernels.layer_norm(x, [8], out=torch.empty_like(x))
     assert dict(rec.counts()) == {("layer_norm.out", backend, backend.device.type): 1}
+
+
+# Rows: one partial block, several blocks with a short last one, and more rows than 256 blocks of 32 (the
+# block count's cap: blocks of ceil(M / 256) rows). Columns: < one sub-group, odd, whole steps plus a tail.
+BACKWARD_SHAPES = [(1, 5), (33, 17), (100, 40), (8200, 129)]
+
+
+@pytest.mark.parametrize("rows,cols", BACKWARD_SHAPES, ids=[f"{m}x{n}" for m, n in BACKWARD_SHAPES])
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_backward_outputs_agree_whatever_is_asked(backend, dtype, rows, cols):
+    """layer_norm_backward computes each gradient alone (one output of output_mask) or together (the SYCL CPU
+    path computes grad_input and the weight / bias partial sums in one pass; GPUs launch them apart): the same
+    bits either way, every result within tolerance of float64, and the same bits again on a second call."""
+    x, dy = randn(rows, cols, dtype=dtype), randn(rows, cols, dtype=dtype)
+    w, b = randn(cols, dtype=dtype), randn(cols, dtype=dtype)
+    _, mean, rstd = torch.ops.aten.native_layer_norm(x.double(), [cols], w.double(), b.double(), 1e-5)
+    stat = torch.float64 if dtype == torch.float64 else torch.float32  # the accumulation dtype's statistics
+    mean, rstd = mean.to(stat), rstd.to(stat)
+
+    def bwd(mask):
+        return torch.ops.xkernels.layer_norm_backward(dy, x, [cols], mean, rstd, w, b, mask)
+
+    both = bwd([True, True, True])
+    again = bwd([True, True, True])
+    alone = [bwd([True, False, False])[0], bwd([False, True, False])[1], bwd([False, False, True])[2]]
+    pair = bwd([False, True, True])
+    ref = torch.ops.aten.native_layer_norm_backward(
+        dy.double(), x.double(), [cols], mean.double(), rstd.double(), w.double(), b.double(), [True, True, True]
+    )
+    for i, name in enumerate(NAMES):
+        assert torch.equal(both[i], again[i]), f"{name}: not repeatable"
+        assert torch.equal(both[i], alone[i]), f"{name}: computed alone differs"
+        if i:
+            assert torch.equal(both[i], pair[i]), f"{name}: without grad_input differs"
+        terms = rows if i else cols  # grad_input: sums along a row; weight / bias: down the rows
+        assert_close(both[i], ref[i], dtype, f"layer_norm backward {rows}x{cols}: grad of {name}", terms=terms)

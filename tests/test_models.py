@@ -114,3 +114,49 @@ def test_no_ipex_provider_in_the_benchmarks():
     assert not any("ipex" in n.lower() for n in names), names
     assert "torch.compile+freezing" in [p.name for p in bm.all_providers(None)]
     assert "torch.compile+freezing" in [p.name for p in op_providers.all_providers(None)]
+
+
+def test_model_benchmark_case_catalogue():
+    """benchmarks.models lists every model's cases, the ResNet-50 training step among them, and --modes selects."""
+    from benchmarks import models as bm
+
+    def cases(**kw):
+        args = types.SimpleNamespace(models=["resnet50", "encoder", "mlp"], quick=True, batches=[1], **kw)
+        return [(c.model, c.mode, c.batch) for c in bm.build_cases(args)]
+
+    assert cases() == [
+        ("resnet50", "infer", 1),
+        ("resnet50", "train", bm.TRAIN_BATCH),
+        ("encoder", "infer", 1),
+        ("encoder", "train", 1),
+        ("mlp", "infer", 64),
+        ("mlp", "train", 64),
+    ]
+    assert cases(modes=["train"], train_batch=4) == [
+        ("resnet50", "train", 4),
+        ("encoder", "train", 1),
+        ("mlp", "train", 64),
+    ]
+
+
+def test_resnet_training_step_case(cpu_backend):
+    """The ResNet training step case, tiny (one bottleneck, 32x32, batch 2): train mode (torch's BatchNorm on batch
+    statistics, xkernels' convolutions), and the gate passes torch and xkernels on output and on every parameter's
+    first-step gradient against float64, BatchNorm's included."""
+    from benchmarks import models as bm
+
+    case = bm.ModelCase("resnet-tiny", "train", "batch=2,32x32", 2, bm._resnet(2, 32, stages=(1,), mode="train"))
+    model, x, t = case.build()
+    assert model.training and t.shape == (2, 1000)
+    opt = xkernels.optimize(model)
+    assert any(isinstance(m, xnn.Conv2d) for m in opt.modules())
+    assert any(isinstance(m, nn.BatchNorm2d) and m.training for m in opt.modules())  # not folded
+    backend = cpu_backend.name
+    st = xkernels.backends()[backend]
+    provs = [bm._torch_provider(), bm._xkernels_provider(backend, st)]
+    logged = []
+    rows, failures = bm.run_case(case, provs, _args(), log=logged.append)
+    assert failures == [], failures
+    timed = {r["provider"] for r in rows if r.get("median_ms")}
+    assert timed == {"torch", f"xkernels[{backend}]"}, logged
+    assert any("parity ok" in line and backend in line for line in logged)

@@ -25,6 +25,9 @@ struct LayerNormConfig {
   static constexpr int64_t kColumnTile = 64;       // work-items per work-group, dw/db stage 2
   static constexpr int64_t kRowsPerBlock = 32;     // rows summed per stage-1 partial (dw/db)
   static constexpr int64_t kMaxBlocks = 256;       // at most this many partials per column
+  // Row blocks (backward) per work-group on the CPU: one, so that the few blocks of a small M still spread
+  // over every core (a block is already >= kRowsPerBlock rows of work).
+  static constexpr int64_t kCpuBlocksPerGroup = 1;
 };
 
 // One sub-group per row: the nd_range for M rows.
@@ -32,6 +35,15 @@ sycl::nd_range<1> row_range(const DeviceTraits& t, int64_t M) {
   const int64_t rows = t.is_cpu ? LayerNormConfig::kCpuRowsPerGroup : LayerNormConfig::kGpuRowsPerGroup;
   const int64_t local = std::min<int64_t>(rows * LayerNormConfig::kAssumedSubGroup, t.max_work_group_size);
   const int64_t groups = std::min(ceil_div(M, rows), LayerNormConfig::kMaxGroups);
+  return sycl::nd_range<1>(sycl::range<1>(groups * local), sycl::range<1>(local));
+}
+
+// One sub-group per block of rows (backward with dw / db partials): the nd_range for `blocks` blocks.
+sycl::nd_range<1> block_range(const DeviceTraits& t, int64_t blocks) {
+  if (!t.is_cpu) return row_range(t, blocks);
+  const int64_t per = LayerNormConfig::kCpuBlocksPerGroup;
+  const int64_t local = std::min<int64_t>(per * LayerNormConfig::kAssumedSubGroup, t.max_work_group_size);
+  const int64_t groups = std::min(ceil_div(blocks, per), LayerNormConfig::kMaxGroups);
   return sycl::nd_range<1>(sycl::range<1>(groups * local), sycl::range<1>(local));
 }
 
@@ -73,33 +85,48 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> backward(Launcher L, const at::Te
     using acc = xk::acc_t<T>;
     const acc* MU = mu_t.const_data_ptr<acc>();
     const acc* RS = rs_t.const_data_ptr<acc>();
-    if (want_x)
-      L.launch<xk::layer_norm_bwd_dx, T>(row_range(L.traits(), p.M), {.dy = cptr<T>(dy),
-                                                                      .x = cptr<T>(x),
-                                                                      .mean = MU,
-                                                                      .rstd = RS,
-                                                                      .w = cptr_or_null<T>(w),
-                                                                      .dx = mptr<T>(gi),
-                                                                      .M = p.M,
-                                                                      .N = p.N});
-    if (want_w || want_b) {
-      using C = LayerNormConfig;
-      const int64_t blocks = std::min(ceil_div(p.M, C::kRowsPerBlock), C::kMaxBlocks);
-      const int64_t rows_per_block = ceil_div(p.M, blocks);
-      const auto acc_opts = x.options().dtype(stat_dtype);
-      at::Tensor part_w = want_w ? empty({blocks, p.N}, acc_opts) : at::Tensor();
-      at::Tensor part_b = want_b ? empty({blocks, p.N}, acc_opts) : at::Tensor();
+    using C = LayerNormConfig;
+    const bool want_wb = want_w || want_b;
+    // Row blocks of the dw / db partial sums: a function of M only (not of the device or the launch), so
+    // dw / db are the same bits on every device and every run.
+    // The block count follows from rows_per_block: with the cap, ceil(M / rows_per_block) can be fewer than
+    // the capped count (M = 8200: 33 rows per block, 249 blocks, not 256), and stage 2 must sum only blocks
+    // stage 1 wrote (it summed 7 unwritten partials before).
+    const int64_t rows_per_block =
+        want_wb ? ceil_div(p.M, std::min(ceil_div(p.M, C::kRowsPerBlock), C::kMaxBlocks)) : 1;
+    const int64_t blocks = want_wb ? ceil_div(p.M, rows_per_block) : 0;
+    const auto acc_opts = x.options().dtype(stat_dtype);
+    at::Tensor part_w = want_w ? empty({blocks, p.N}, acc_opts) : at::Tensor();
+    at::Tensor part_b = want_b ? empty({blocks, p.N}, acc_opts) : at::Tensor();
+    const xk::layer_norm_bwd_params<T> args{.dy = cptr<T>(dy),
+                                            .x = cptr<T>(x),
+                                            .mean = MU,
+                                            .rstd = RS,
+                                            .w = cptr_or_null<T>(w),
+                                            .dx = want_x ? mptr<T>(gi) : nullptr,
+                                            .part_w = want_w ? part_w.mutable_data_ptr<acc>() : nullptr,
+                                            .part_b = want_b ? part_b.mutable_data_ptr<acc>() : nullptr,
+                                            .M = p.M,
+                                            .N = p.N,
+                                            .rows_per_block = rows_per_block};
+    if (!want_wb) {
+      L.launch<xk::layer_norm_bwd, T>(row_range(L.traits(), p.M), args);  // dx only: one row per block
+    } else if (!want_x || L.traits().is_cpu) {
+      // One pass over dy and x for dx and the partials (CPU: `blocks` sub-groups keep both cores busy).
+      L.launch<xk::layer_norm_bwd, T>(block_range(L.traits(), blocks), args);
+    } else {
+      // GPUs: dx with one row per sub-group (M-way parallel), then the partials (blocks-way); the same
+      // arithmetic per element as the one-pass launch, so the same bits.
+      auto dx_only = args;
+      dx_only.part_w = dx_only.part_b = nullptr;
+      dx_only.rows_per_block = 1;
+      L.launch<xk::layer_norm_bwd, T>(row_range(L.traits(), p.M), dx_only);
+      auto wb_only = args;
+      wb_only.dx = nullptr;
+      L.launch<xk::layer_norm_bwd, T>(block_range(L.traits(), blocks), wb_only);
+    }
+    if (want_wb) {
       const int64_t cols = ceil_div(p.N, C::kColumnTile) * C::kColumnTile;
-      L.launch<xk::layer_norm_bwd_wb_partial, T>(  // one sub-group per block of rows
-          row_range(L.traits(), blocks), {.dy = cptr<T>(dy),
-                                          .x = cptr<T>(x),
-                                          .mean = MU,
-                                          .rstd = RS,
-                                          .part_w = want_w ? part_w.mutable_data_ptr<acc>() : nullptr,
-                                          .part_b = want_b ? part_b.mutable_data_ptr<acc>() : nullptr,
-                                          .M = p.M,
-                                          .N = p.N,
-                                          .rows_per_block = rows_per_block});
       // In-order queue: stage 2 starts after stage 1.
       L.launch<xk::layer_norm_bwd_wb_final, T>(sycl::nd_range<1>(sycl::range<1>(cols), sycl::range<1>(C::kColumnTile)),
                                                {.part_w = want_w ? part_w.const_data_ptr<acc>() : nullptr,

@@ -4,12 +4,19 @@
 //  * layer_norm_fwd:     one sub-group per row (rows grid-strided, so any launch covers any
 //                        M and any sub-group size works); two-pass mean / variance (biased),
 //                        rstd = 1 / sqrt(var + eps); y = (x - mean) * rstd [* w] [+ b].
-//  * layer_norm_bwd_dx:  one sub-group per row; with xhat = (x - mean) * rstd, g = dy [* w]:
-//                        dx = rstd * (g - mean_j(g) - xhat * mean_j(g * xhat)).
-//  * layer_norm_bwd_wb_partial / _final: dw = sum_rows(dy * xhat), db = sum_rows(dy) by a
-//                        two-stage reduction: stage 1 sums blocks of rows (one sub-group per
-//                        block) into acc_t partials [blocks, N]; stage 2 sums the partials per
-//                        column (a fixed order: results do not depend on scheduling).
+//  * layer_norm_bwd:     dx, and the row-block partial sums of dw / db, in one pass over dy and x.
+//                        Rows are split into blocks of rows_per_block consecutive rows, one
+//                        sub-group per block (blocks grid-strided). Per row, with
+//                        xhat = (x - mean) * rstd and g = dy [* w]:
+//                          dx = rstd * (g - mean_j(g) - xhat * mean_j(g * xhat))
+//                        (the row's two sums first, then dx; the row is then in cache), and in
+//                        the same pass part_w[blk, :] += dy * xhat, part_b[blk, :] += dy, the
+//                        block's rows added front to back. dx and the partials are each optional
+//                        (null): the host launches it once for both (CPU), or once for dx with
+//                        one row per block and once for the partials (GPUs: more parallelism for
+//                        dx); the arithmetic per element is the same, so both ways give the same bits.
+//  * layer_norm_bwd_wb_final: dw = sum_blocks(part_w), db = sum_blocks(part_b) per column, the
+//                        blocks in a fixed order (results do not depend on scheduling).
 // Optional tensors (w, b, dw, db) are null pointers when absent; so are mean/rstd of the forward
 // when the statistics are not saved (a runtime check, not another instantiation).
 #pragma once
@@ -39,39 +46,22 @@ struct layer_norm_fwd {
 };
 
 template <typename T>
-struct layer_norm_bwd_dx_params {
+struct layer_norm_bwd_params {
   const T* dy;
   const T* x;
   const acc_t<T>* mean;
   const acc_t<T>* rstd;
-  const T* w;  // null: no weight
-  T* dx;
-  int64_t M, N;
-};
-struct layer_norm_bwd_dx {
-  static constexpr int dims = 1;
-  using types = float_types;
-  template <typename T>
-  using params = layer_norm_bwd_dx_params<T>;
-  template <typename T>
-  static void run(item_arg<1> ia, const params<T>& p);
-};
-
-template <typename T>
-struct layer_norm_bwd_wb_partial_params {
-  const T* dy;
-  const T* x;
-  const acc_t<T>* mean;
-  const acc_t<T>* rstd;
+  const T* w;        // null: no weight
+  T* dx;             // null: no grad_input
   acc_t<T>* part_w;  // [blocks, N]; null: no weight grad
   acc_t<T>* part_b;  // [blocks, N]; null: no bias grad
   int64_t M, N, rows_per_block;
 };
-struct layer_norm_bwd_wb_partial {
+struct layer_norm_bwd {
   static constexpr int dims = 1;
   using types = float_types;
   template <typename T>
-  using params = layer_norm_bwd_wb_partial_params<T>;
+  using params = layer_norm_bwd_params<T>;
   template <typename T>
   static void run(item_arg<1> ia, const params<T>& p);
 };
@@ -93,8 +83,7 @@ struct layer_norm_bwd_wb_final {
   static void run(item_arg<1> ia, const params<T>& p);
 };
 
-using layer_norm_kernels =
-    kernel_list<layer_norm_fwd, layer_norm_bwd_dx, layer_norm_bwd_wb_partial, layer_norm_bwd_wb_final>;
+using layer_norm_kernels = kernel_list<layer_norm_fwd, layer_norm_bwd, layer_norm_bwd_wb_final>;
 
 // ------------------------------------------------------------------ bodies
 
@@ -180,55 +169,22 @@ void layer_norm_fwd::run(item_arg<1> ia, const params<T>& p) {
   }
 }
 
+// One sub-group per block of rows [blk * rows_per_block, min(M, (blk + 1) * rows_per_block)), blocks
+// grid-strided over the sub-groups like the forward's rows. The lanes stride over the columns: lane reads
+// j0 + lane for a uniform j0 (one vector load per step on the CPU device), whole steps without a per-lane
+// bound check, then one partial step. The block's partial rows part_w[blk, :], part_b[blk, :] stay in
+// cache while its rows are read front to back. (Reading column tiles down the rows instead, one column per
+// work-item, was 3x slower on the CPU device at 4096 x 1024: a new page every row.) Against the former
+// two kernels (dx, then the partials reading dy and x again) this reads dy and x from memory once, not
+// twice: 4 instead of 6 row-sized streams with grad_input's write.
 template <typename T>
-void layer_norm_bwd_dx::run(item_arg<1> ia, const params<T>& p) {
+void layer_norm_bwd::run(item_arg<1> ia, const params<T>& p) {
   const auto dy = p.dy;
   const auto x = p.x;
   const auto mean = p.mean;
   const auto rstd = p.rstd;
   const auto w = p.w;
   const auto dx = p.dx;
-  const auto M = p.M;
-  const auto N = p.N;
-  using A = acc_t<T>;
-  const sycl::nd_item<1> it = item(ia);
-  const sycl::sub_group sg = it.get_sub_group();
-  const SubGroupSlot slot = sub_group_slot(it);
-  const int64_t lane = slot.lane, width = slot.width, per_group = slot.count;
-  const int64_t stride = static_cast<int64_t>(it.get_group_range(0)) * per_group;
-  for (int64_t row = static_cast<int64_t>(it.get_group(0)) * per_group + slot.index; row < M; row += stride) {
-    const T* xr = x + row * N;
-    const T* dyr = dy + row * N;
-    const A mu = mean[row], rs = rstd[row];
-    A sg_sum = 0, sgx_sum = 0;
-    for (int64_t j = lane; j < N; j += width) {
-      const A xhat = (load(xr, j) - mu) * rs;
-      const A g = w ? load(dyr, j) * load(w, j) : load(dyr, j);
-      sg_sum += g;
-      sgx_sum += g * xhat;
-    }
-    const A mg = sub_group_sum(sg, sg_sum) / static_cast<A>(N);
-    const A mgx = sub_group_sum(sg, sgx_sum) / static_cast<A>(N);
-    T* dxr = dx + row * N;
-    for (int64_t j = lane; j < N; j += width) {
-      const A xhat = (load(xr, j) - mu) * rs;
-      const A g = w ? load(dyr, j) * load(w, j) : load(dyr, j);
-      store(dxr, j, rs * (g - mg - xhat * mgx));
-    }
-  }
-}
-
-// Stage 1: one sub-group per block of rows [blk * rows_per_block, min(M, (blk + 1) * rows_per_block)),
-// blocks grid-strided over the sub-groups like rows above. The lanes stride over the columns and
-// accumulate into the block's own partial rows part_w[blk, :], part_b[blk, :] (which stay in
-// cache) while the rows are read front to back. Reading column tiles down the rows instead (one
-// column per work-item) was 3x slower on the CPU device at 4096 x 1024 (a new page every row).
-template <typename T>
-void layer_norm_bwd_wb_partial::run(item_arg<1> ia, const params<T>& p) {
-  const auto dy = p.dy;
-  const auto x = p.x;
-  const auto mean = p.mean;
-  const auto rstd = p.rstd;
   const auto part_w = p.part_w;
   const auto part_b = p.part_b;
   const auto M = p.M;
@@ -236,10 +192,14 @@ void layer_norm_bwd_wb_partial::run(item_arg<1> ia, const params<T>& p) {
   const auto rows_per_block = p.rows_per_block;
   using A = acc_t<T>;
   const sycl::nd_item<1> it = item(ia);
+  const sycl::sub_group sg = it.get_sub_group();
   const SubGroupSlot slot = sub_group_slot(it);
   const int64_t lane = slot.lane, width = slot.width, per_group = slot.count;
   const int64_t stride = static_cast<int64_t>(it.get_group_range(0)) * per_group;
   const int64_t blocks = (M + rows_per_block - 1) / rows_per_block;
+  const int64_t full = N - N % width;
+  const int64_t pairs = full - full % (2 * width);
+  const bool tail = full + lane < N;
   for (int64_t blk = static_cast<int64_t>(it.get_group(0)) * per_group + slot.index; blk < blocks; blk += stride) {
     const int64_t r0 = blk * rows_per_block;
     const int64_t r1 = M < r0 + rows_per_block ? M : r0 + rows_per_block;
@@ -250,18 +210,42 @@ void layer_norm_bwd_wb_partial::run(item_arg<1> ia, const params<T>& p) {
       if (pb) pb[j] = 0;
     }
     for (int64_t r = r0; r < r1; ++r) {
-      const T* dyr = dy + r * N;
       const T* xr = x + r * N;
+      const T* dyr = dy + r * N;
       const A mu = mean[r], rs = rstd[r];
-      if (pw) {
-        for (int64_t j = lane; j < N; j += width) {
-          const A d = load(dyr, j);
-          pw[j] += d * ((load(xr, j) - mu) * rs);
-          if (pb) pb[j] += d;
+      A mg = 0, mgx = 0;
+      if (dx) {
+        // The row's sums of g and g * xhat, two partial sums each per lane (even / odd steps): two
+        // independent add chains per sum instead of one (add latency), as in the forward.
+        A sg0 = 0, sgx0 = 0, sg1 = 0, sgx1 = 0;
+        auto sums = [&](int64_t j, A& s, A& sx) {
+          const A xhat = (load(xr, j) - mu) * rs;
+          const A g = w ? load(dyr, j) * load(w, j) : load(dyr, j);
+          s += g;
+          sx += g * xhat;
+        };
+        for (int64_t j0 = 0; j0 < pairs; j0 += 2 * width) {
+          sums(j0 + lane, sg0, sgx0);
+          sums(j0 + width + lane, sg1, sgx1);
         }
-      } else {
-        for (int64_t j = lane; j < N; j += width) pb[j] += load(dyr, j);
+        if (pairs < full) sums(pairs + lane, sg0, sgx0);
+        if (tail) sums(full + lane, sg1, sgx1);
+        mg = sub_group_sum(sg, sg0 + sg1) / static_cast<A>(N);
+        mgx = sub_group_sum(sg, sgx0 + sgx1) / static_cast<A>(N);
       }
+      T* dxr = dx ? dx + r * N : nullptr;
+      auto step = [&](int64_t j) {
+        const A d = load(dyr, j);
+        const A xhat = (load(xr, j) - mu) * rs;
+        if (dxr) {
+          const A g = w ? d * load(w, j) : d;
+          store(dxr, j, rs * (g - mg - xhat * mgx));
+        }
+        if (pw) pw[j] += d * xhat;
+        if (pb) pb[j] += d;
+      };
+      for (int64_t j0 = 0; j0 < full; j0 += width) step(j0 + lane);
+      if (tail) step(full + lane);
     }
   }
 }
