@@ -91,11 +91,12 @@ PYBIND11_MODULE(_C, m) {
       [](const std::vector<int64_t>& weight_shape, int64_t groups, const std::string& dtype_name) {
         const Conv2dPackLayout l = conv2d_pack_layout(
             weight_shape, groups, scalar_type_from_name(dtype_name, "xkernels._C.conv2d_pack_layout"));
-        return py::make_tuple(l.group_lanes, l.lanes, l.pad, l.numel);
+        return py::make_tuple(l.group_lanes, l.lanes, l.pad, l.numel, l.winograd);
       },
       py::arg("weight_shape"), py::arg("groups"), py::arg("dtype_name"),
       "pack_conv2d_weight's layout for a weight of this shape (shapes.h conv2d_pack_layout): (lanes over groups?, "
-      "lanes, pad, numel); pad is G padded to the lanes (lanes over groups) or the output-channel panel width.");
+      "lanes, pad, numel, winograd); pad is G padded to the lanes (lanes over groups) or the output-channel panel "
+      "width; winograd the element offset of the Winograd weights (0: none).");
 
   m.def("dispatch_record_enabled", &dispatch_record_enabled);
   m.def("set_dispatch_record_enabled", &set_dispatch_record_enabled);

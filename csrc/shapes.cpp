@@ -244,6 +244,10 @@ Conv2dPackLayout conv2d_pack_layout(at::IntArrayRef weight_shape, int64_t groups
   } else {
     l.pad = l.lanes * conv2d_channel_vectors(Opg);
     l.numel = groups * ceil_div(Opg, l.pad) * l.pad * KH * KW * Cpg + 1;
+    if (conv2d_winograd_packs(weight_shape, groups, dtype)) {
+      l.winograd = ceil_div(l.numel, 16) * 16;
+      l.numel = l.winograd + 16 * ceil_div(Opg, l.pad) * l.pad * Cpg;
+    }
   }
   return l;
 }
@@ -261,11 +265,27 @@ at::Tensor conv2d_pack(const at::Tensor& weight, int64_t groups) {
   // Cpg, P] (+ 1 zero).
   const at::Tensor src = w5.permute({0, 3, 4, 2, 1});
   const int64_t P = l.pad, npanels = ceil_div(Opg, P);
+  const int64_t body = G * npanels * P * KH * KW * Cpg;
   at::Tensor packed = at::zeros({l.numel}, weight.options());
-  const at::Tensor panels = packed.narrow(0, 0, l.numel - 1).view({G, npanels, KH, KW, Cpg, P});
+  const at::Tensor panels = packed.narrow(0, 0, body).view({G, npanels, KH, KW, Cpg, P});
   for (int64_t pi = 0; pi < npanels; ++pi) {
     const int64_t width = std::min(P, Opg - pi * P);
     panels.select(1, pi).narrow(4, 0, width).copy_(src.narrow(4, pi * P, width));
+  }
+  if (l.winograd > 0) {
+    // U = G g G^T in the order of kernels/conv2d.hpp's wino_weight_transform (rows, then columns; the halvings
+    // exact), as [16, npanels, Cpg, P].
+    const at::Tensor g = weight.permute({2, 3, 1, 0});  // [3, 3, Cpg, O]
+    auto rows = [](const at::Tensor& a, int64_t dim) {  // G applied along `dim` (size 3 -> 4)
+      const at::Tensor a0 = a.select(dim, 0), a1 = a.select(dim, 1), a2 = a.select(dim, 2);
+      return at::stack({a0, ((a0 + a1) + a2) * 0.5, ((a0 - a1) + a2) * 0.5, a2}, dim);
+    };
+    const at::Tensor u = rows(rows(g, 0), 1).reshape({16, Cpg, Opg});  // [16, Cpg, O]
+    const at::Tensor dst = packed.narrow(0, l.winograd, l.numel - l.winograd).view({16, npanels, Cpg, P});
+    for (int64_t pi = 0; pi < npanels; ++pi) {
+      const int64_t width = std::min(P, Opg - pi * P);
+      dst.select(1, pi).narrow(2, 0, width).copy_(u.narrow(2, pi * P, width));
+    }
   }
   return packed;
 }
@@ -278,7 +298,7 @@ at::Tensor conv2d_unpack(const at::Tensor& packed, at::IntArrayRef weight_shape,
     return packed.view({KH, KW, Cpg, Opg, l.pad}).narrow(4, 0, G).permute({4, 3, 2, 0, 1}).reshape(weight_shape);
   // [G, npanels, KH, KW, Cpg, P] (+ 1) -> [G, KH, KW, Cpg, npanels * P] -> [G, Opg, Cpg, KH, KW]
   const int64_t npanels = ceil_div(Opg, l.pad);
-  return packed.narrow(0, 0, l.numel - 1)
+  return packed.narrow(0, 0, G * npanels * l.pad * KH * KW * Cpg)
       .view({G, npanels, KH, KW, Cpg, l.pad})
       .permute({0, 2, 3, 4, 1, 5})
       .reshape({G, KH, KW, Cpg, npanels * l.pad})

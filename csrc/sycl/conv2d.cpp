@@ -14,6 +14,7 @@
 #include <ATen/ATen.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdlib>
 #include <iterator>
 #include <string>
@@ -130,7 +131,7 @@ at::Tensor as_4d(const at::Tensor& t) { return t.dim() == 3 ? t.unsqueeze(0) : t
 // it runs after it on the same in-order queue; the caller's finish waits for both).
 template <typename T>
 at::Tensor pack_on_device(Launcher& L, const at::Tensor& weight, int64_t G, bool transposed, bool groups_layout,
-                          int64_t pad) {
+                          int64_t pad, int64_t total_numel = 0) {
   const int64_t Opg = weight.size(0) / G, Cpg = weight.size(1), KH = weight.size(2), KW = weight.size(3);
   const int64_t dst_ch = transposed ? Cpg : Opg, src_ch = transposed ? Opg : Cpg;
   typename xk::conv2d_pack_params<T> q{};
@@ -152,7 +153,7 @@ at::Tensor pack_on_device(Launcher& L, const at::Tensor& weight, int64_t G, bool
     return wpk;
   }
   const int64_t npanels = ceil_div(dst_ch, pad);
-  wpk = empty({G * npanels * pad * KH * KW * src_ch + 1}, weight.options());
+  wpk = empty({std::max(G * npanels * pad * KH * KW * src_ch + 1, total_numel)}, weight.options());
   q.wpk = mptr<T>(wpk);
   // Source channels per work-group: about kPackElements elements each, and enough work-groups to share.
   const int64_t S = lane_width<T>(L.traits(), L.lanes_are_work_items());
@@ -353,6 +354,196 @@ void run_destination_gemm(Launcher& L, const Conv2dProblem& p, const at::Tensor&
   L.finish(src);  // wpk is freed when this returns (after the kernels: finish waits for CPU tensors)
 }
 
+// ------------------------------------------------------------------ Winograd F(2x2, 3x3) (kernels/conv2d.hpp)
+// conv2d_packed with a packed weight that carries U (shapes.h conv2d_winograd_packs: float32, 3x3, one group),
+// stride 1 and dilation 1 runs the three Winograd kernels instead of conv2d_igemm where choose_winograd says so.
+// XKERNELS_CONV_WINOGRAD (read at every call): "0" never, "1" wherever the packed weight allows it, unset or
+// "auto" the measured rule below.
+constexpr const char* kWinogradEnv = "XKERNELS_CONV_WINOGRAD";
+std::atomic<int64_t> winograd_calls{0};  // conv2d_packed calls that ran Winograd (xkernels._C.sycl, tests)
+
+struct WinogradConfig {
+  // The rule (docs/performance.md "conv2d: Winograd F(2x2, 3x3)", measured on a 2-core Xeon, AVX-512, against
+  // the direct kernel with packed weights, channels_last): at least this many input and output channels, and at
+  // least kMinTiles 2x2 output tiles in the batch.
+  static constexpr int64_t kMinChannels =
+      kConv2dWinogradMinChannels;  // shapes.h: the packed layout carries U from here
+  static constexpr int64_t kMinTiles = 1;
+  // Tiles per chunk: the scratch (V and M, 16 x chunk x (C + O) floats) stays at about this many bytes, so that
+  // the GEMM reads what the input transform just wrote from cache; at least kMinChunkTiles tiles.
+  static constexpr int64_t kChunkBytes = int64_t(6) << 20;
+  static constexpr int64_t kMinChunkTiles = 96;
+  // Input / output transforms: tiles per work-group, up to this many, keeping kTargetGroups work-groups.
+  static constexpr int64_t kMaxTransformTiles = 16;
+};
+
+enum class WinogradMode { kOff, kOn, kAuto };
+WinogradMode winograd_mode() {
+  const char* env = std::getenv(kWinogradEnv);
+  if (env == nullptr || *env == 0) return WinogradMode::kAuto;
+  const std::string v(env);
+  if (v == "0") return WinogradMode::kOff;
+  if (v == "1") return WinogradMode::kOn;
+  XK_CHECK_VALUE(v == "auto", "conv2d_packed", "environment variable ", kWinogradEnv,
+                 " must be '0' (off), '1' (wherever the packed weight allows) or 'auto' (the measured rule), got '",
+                 env, "'");
+  return WinogradMode::kAuto;
+}
+
+// The GEMM tile for lane width S on this device: (R, Q), or Q = 0 when the table has none.
+Tile winograd_tile(int64_t S, int vector_registers) {
+  if (S == 16) return Tile{Conv2dConfig::kWideR, Conv2dConfig::kWideQ};
+  if (S == 8 && vector_registers == 16) return Tile{Conv2dConfig::kWideR, Conv2dConfig::kWideQ16};
+  return Tile{0, 0};
+}
+
+bool choose_winograd(const Launcher& L, const Conv2dProblem& p, const Conv2dPackLayout& layout) {
+  if (layout.winograd == 0 || p.stride[0] != 1 || p.stride[1] != 1 || p.dilation[0] != 1 || p.dilation[1] != 1)
+    return false;
+  const WinogradMode mode = winograd_mode();
+  if (mode == WinogradMode::kOff) return false;
+  const int64_t S = lane_width<float>(L.traits(), L.lanes_are_work_items());
+  if (winograd_tile(S, L.traits().vector_registers()).Q == 0 || layout.pad % S != 0) return false;
+  if (mode == WinogradMode::kOn) return true;
+  using W = WinogradConfig;
+  const int64_t tiles = p.N * ceil_div(p.OH, 2) * ceil_div(p.OW, 2);
+  return p.C >= W::kMinChannels && p.O >= W::kMinChannels && tiles >= W::kMinTiles;
+}
+
+// U = G g G^T into packed[layout.winograd ..] (the gap after the panels' trailing zero is zeroed here).
+void pack_winograd(Launcher& L, const at::Tensor& weight, at::Tensor& packed, const Conv2dPackLayout& l) {
+  const int64_t O = weight.size(0), C = weight.size(1);
+  const int64_t body = ceil_div(O, l.pad) * l.pad * 9 * C + 1;
+  packed.narrow(0, body, l.winograd - body).zero_();  // no kernel writes there
+  const int64_t O_pad = ceil_div(O, l.pad) * l.pad, total = O_pad * C;
+  const int64_t local =
+      std::min<int64_t>(Conv2dConfig::kReduceLocal, static_cast<int64_t>(L.traits().max_work_group_size));
+  L.launch<xk::conv2d_wino_pack, float>(
+      sycl::nd_range<1>(sycl::range<1>(ceil_div(total, local) * local), sycl::range<1>(local)),
+      {.w = cptr<float>(weight),
+       .u = mptr<float>(packed) + l.winograd,
+       .O = O,
+       .C = C,
+       .O_pad = O_pad,
+       .panel = l.pad,
+       .wO = weight.stride(0),
+       .wC = weight.stride(1),
+       .wH = weight.stride(2),
+       .wW = weight.stride(3)});
+}
+
+// The three Winograd kernels over chunks of tiles, with the conv2d_relu epilogue (res, relu). x: the 4-D input,
+// dst: the output in the problem's memory format.
+void run_winograd(Launcher& L, const Conv2dProblem& p, const at::Tensor& x, const at::Tensor& packed,
+                  const Conv2dPackLayout& layout, const at::Tensor& bias, const at::Tensor& res, bool relu,
+                  at::Tensor& dst) {
+  using W = WinogradConfig;
+  const int64_t S = lane_width<float>(L.traits(), L.lanes_are_work_items());
+  const Tile tile = winograd_tile(S, L.traits().vector_registers());
+  const int64_t C = p.C, O = p.O, panel = layout.pad, O_pad = ceil_div(O, panel) * panel;
+  const int64_t TH = ceil_div(p.OH, 2), TW = ceil_div(p.OW, 2), total = p.N * TH * TW;
+  const int64_t chunk =
+      std::min(total, std::max(W::kMinChunkTiles, W::kChunkBytes / (16 * (C + O_pad) * int64_t(sizeof(float)))));
+  const at::Tensor v = empty({16 * chunk * C}, x.options());
+  const at::Tensor m = empty({16 * chunk * O_pad}, x.options());
+  const float* u = cptr<float>(packed) + layout.winograd;
+  const int64_t tiles_per_group_io = [&] {
+    const int64_t blocks = ceil_div(std::max(C, O), S);
+    return std::max<int64_t>(1, std::min(W::kMaxTransformTiles, chunk * blocks / Conv2dConfig::kTargetGroups));
+  }();
+  auto launch_with = [&](auto S_, auto R, auto Q) {
+    {
+      constexpr int SL = decltype(S_)::value;
+      for (int64_t t0 = 0; t0 < total; t0 += chunk) {
+        const int64_t T = std::min(chunk, total - t0);
+        const int64_t in_groups = ceil_div(C, S) * ceil_div(T, tiles_per_group_io);
+        L.launch<xk::conv2d_wino_input<SL>, float>(sycl::nd_range<1>(sycl::range<1>(in_groups * S), sycl::range<1>(S)),
+                                                   {.src = cptr<float>(x),
+                                                    .v = mptr<float>(v),
+                                                    .N = p.N,
+                                                    .C = C,
+                                                    .H = x.size(2),
+                                                    .W = x.size(3),
+                                                    .sN = x.stride(0),
+                                                    .sC = x.stride(1),
+                                                    .sH = x.stride(2),
+                                                    .sW = x.stride(3),
+                                                    .TH = TH,
+                                                    .TW = TW,
+                                                    .ph = p.padding[0],
+                                                    .pw = p.padding[1],
+                                                    .t0 = t0,
+                                                    .tiles = T,
+                                                    .tiles_per_group = tiles_per_group_io});
+        {
+          constexpr int RR = decltype(R)::value, QQ = decltype(Q)::value;
+          const int64_t ctiles = O_pad / (SL * QQ);
+          const Conv2dTiling tiling = choose_tiling(L.traits(), C, ceil_div(T, RR), 16 * ctiles);
+          const int64_t groups = 16 * ctiles * ceil_div(ceil_div(T, RR), tiling.tiles_per_group);
+          L.launch<xk::conv2d_wino_gemm<SL, RR, QQ>, float>(
+              sycl::nd_range<1>(sycl::range<1>(groups * S), sycl::range<1>(S)),
+              {.v = cptr<float>(v),
+               .u = u,
+               .m = mptr<float>(m),
+               .tiles = T,
+               .C = C,
+               .O_pad = O_pad,
+               .panel = panel,
+               .tiles_per_group = tiling.tiles_per_group});
+        }
+        const int64_t out_groups = ceil_div(O, S) * ceil_div(T, tiles_per_group_io);
+        auto output = [&](auto DST_CL) {
+          constexpr bool CL = decltype(DST_CL)::value;
+          L.launch<xk::conv2d_wino_output<CL, SL>, float>(
+              sycl::nd_range<1>(sycl::range<1>(out_groups * S), sycl::range<1>(S)),
+              {.m = cptr<float>(m),
+               .bias = cptr_or_null<float>(bias),
+               .res = cptr_or_null<float>(res),
+               .dst = mptr<float>(dst),
+               .N = p.N,
+               .O = O,
+               .OH = p.OH,
+               .OW = p.OW,
+               .TH = TH,
+               .TW = TW,
+               .O_pad = O_pad,
+               .t0 = t0,
+               .tiles = T,
+               .tiles_per_group = tiles_per_group_io,
+               .relu = relu ? 1 : 0});
+        };
+        if (p.channels_last)
+          output(std::true_type{});
+        else
+          output(std::false_type{});
+      }
+    }
+  };
+  // The table's Winograd GEMMs: 16 lanes x (6, 4) (AVX-512) and 8 lanes x (6, 2) (AVX2); see winograd_tile.
+  using I = std::integral_constant<int, Conv2dConfig::kWideR>;
+  auto launch_all = [&] {
+    if (S == 16 && tile.Q == Conv2dConfig::kWideQ)
+      launch_with(std::integral_constant<int, 16>{}, I{}, std::integral_constant<int, Conv2dConfig::kWideQ>{});
+    else if (S == 8 && tile.Q == Conv2dConfig::kWideQ16)
+      launch_with(std::integral_constant<int, 8>{}, I{}, std::integral_constant<int, Conv2dConfig::kWideQ16>{});
+    else
+      TORCH_CHECK(false, "xkernels.conv2d_packed: no Winograd kernels for ", S, " lanes");
+  };
+  // The scratch is freed when this returns: after the kernels (finish waits for CPU tensors; on a throw, the
+  // queue is drained first, as in run_destination_gemm).
+  try {
+    launch_all();
+  } catch (...) {
+    try {
+      L.finish(x);
+    } catch (...) {  // the first error is the one to report
+    }
+    throw;
+  }
+  L.finish(x);
+  winograd_calls.fetch_add(1, std::memory_order_relaxed);
+}
+
 // Number of pixel splits for a reduction over M pixels with `tiles` work-groups per split
 // and `packed` partial-sum elements per split (see Conv2dConfig).
 int64_t pixel_splits(int64_t M, int64_t tiles, int64_t packed) {
@@ -396,6 +587,13 @@ at::Tensor forward(Launcher L, const at::Tensor& input, const at::Tensor& weight
   const at::Tensor b = contiguous_if_defined(bias);
   const at::Tensor r = residual.defined() ? conv2d_as_4d_dense(residual, p) : at::Tensor();
   at::Tensor out = empty({p.N, p.O, p.OH, p.OW}, input.options().memory_format(out_fmt));
+  if (prepacked.defined() && x.scalar_type() == at::kFloat) {
+    const Conv2dPackLayout layout = conv2d_pack_layout({p.O, p.C_per_group(), p.KH, p.KW}, p.groups, at::kFloat);
+    if (choose_winograd(L, p, layout)) {
+      run_winograd(L, p, x, prepacked, layout, b, r, relu, out);
+      return p.batched ? out : out.view(p.out_sizes());
+    }
+  }
   XK_DISPATCH_DEVICE_TYPES(x.scalar_type(), "conv2d", [&] {
     run_destination_gemm<T>(L, p, x, weight, b, out, /*transposed=*/false, r, relu, prepacked);
   });
@@ -550,7 +748,10 @@ at::Tensor pack_weight_for(Launcher L, const at::Tensor& weight, int64_t groups)
   const Conv2dPackLayout l = conv2d_pack_layout(weight.sizes(), groups, weight.scalar_type());
   at::Tensor packed;
   XK_DISPATCH_DEVICE_TYPES(weight.scalar_type(), "pack_conv2d_weight", [&] {
-    packed = pack_on_device<T>(L, weight, groups, /*transposed=*/false, l.group_lanes, l.pad);
+    packed = pack_on_device<T>(L, weight, groups, /*transposed=*/false, l.group_lanes, l.pad, l.numel);
+    if constexpr (std::is_same_v<T, float>) {
+      if (l.winograd > 0) pack_winograd(L, weight, packed, l);
+    }
   });
   L.finish(weight);
   return packed;
@@ -567,6 +768,7 @@ at::Tensor forward_packed(Launcher L, const at::Tensor& input, const at::Tensor&
 at::Tensor pack_conv2d_weight(const at::Tensor& weight, int64_t groups) {
   return pack_weight_for(Launcher::for_tensor(weight), weight, groups);
 }
+int64_t conv2d_winograd_calls() { return winograd_calls.load(std::memory_order_relaxed); }
 at::Tensor conv2d_packed(const at::Tensor& input, const at::Tensor& packed_weight, const at::Tensor& bias,
                          const at::Tensor& residual, bool relu, const Conv2dProblem& p) {
   return forward_packed(Launcher::for_tensor(input), input, packed_weight, bias, residual, relu, p);

@@ -41,6 +41,7 @@ void bind_user_kernels(py::module_& m);  // user_kernels.cpp
 
 int64_t linear_dot_max_rows();                                               // fused_linear_relu.cpp
 bool linear_amx_for_cpu_tensors(int64_t out_features, int64_t in_features);  // fused_linear_relu.cpp
+int64_t conv2d_winograd_calls();                                             // conv2d.cpp
 
 void bind_python(py::module_& m) {
   m.def("linear_dot_max_rows", &linear_dot_max_rows,
@@ -227,6 +228,9 @@ void bind_python(py::module_& m) {
       "The caching host allocator of the SYCL backend's CPU tensors (host_alloc.h): bound, cached and in-use "
       "bytes, hits and misses.");
   m.def("host_cache_clear", &host_cache_clear, "Frees every cached host block (blocks in use are unaffected).");
+  m.def("conv2d_winograd_calls", &conv2d_winograd_calls,
+        "conv2d_packed calls (sycl and acpp backends) that ran the Winograd F(2x2, 3x3) kernels, since the process "
+        "started (sycl/conv2d.cpp).");
 }
 
 }  // namespace xkernels::sycl_backend

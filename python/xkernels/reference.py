@@ -157,10 +157,26 @@ def _t_conv2d_relu(input, weight, bias=None, stride=1, padding=0, dilation=1, gr
 def conv2d_pack_layout(weight_shape, groups: int, dtype: torch.dtype):
     """(lanes over groups?, lanes, pad) of pack_conv2d_weight: C++'s rule (shapes.h conv2d_pack_layout, through
     xkernels._C). pad is G padded to the lanes (lanes over groups) or the width of the output-channel panels."""
-    group_lanes, lanes, pad, _ = _C.conv2d_pack_layout(
+    group_lanes, lanes, pad, _, _ = _C.conv2d_pack_layout(
         [int(n) for n in weight_shape], int(groups), str(dtype).removeprefix("torch.")
     )
     return group_lanes, lanes, pad
+
+
+def conv2d_pack_winograd(weight_shape, groups: int, dtype: torch.dtype) -> int:
+    """Element offset of the Winograd weights in pack_conv2d_weight's result (0: none; C++'s rule)."""
+    return _C.conv2d_pack_layout([int(n) for n in weight_shape], int(groups), str(dtype).removeprefix("torch."))[4]
+
+
+def winograd_weight(weight):
+    """U = G g G^T of F(2x2, 3x3) per (output, input) channel pair, [O, C, 4, 4], in the operation order of
+    kernels/conv2d.hpp's wino_weight_transform (rows, then columns): bit-identical to the packed U."""
+
+    def rows(a, dim):
+        a0, a1, a2 = a.select(dim, 0), a.select(dim, 1), a.select(dim, 2)
+        return torch.stack([a0, ((a0 + a1) + a2) * 0.5, ((a0 - a1) + a2) * 0.5, a2], dim)
+
+    return rows(rows(weight, 2), 3)
 
 
 def _t_pack_conv2d_weight(weight, groups=1):
@@ -178,7 +194,15 @@ def _t_pack_conv2d_weight(weight, groups=1):
     rows = weight.new_zeros(G, KH, KW, Cpg, panels * P)
     rows[..., : O // G] = w5.permute(0, 3, 4, 2, 1)
     out = rows.view(G, KH, KW, Cpg, panels, P).permute(0, 4, 1, 2, 3, 5)
-    return torch.cat([out.reshape(-1), weight.new_zeros(1)])
+    packed = torch.cat([out.reshape(-1), weight.new_zeros(1)])
+    offset = conv2d_pack_winograd(weight.shape, groups, weight.dtype)
+    if offset == 0:
+        return packed
+    # Winograd weights: zeros up to the 64-byte boundary, then U as [16, panels, C, P]
+    u = weight.new_zeros(4, 4, Cpg, panels * P)
+    u[..., :O] = winograd_weight(weight).permute(2, 3, 1, 0)
+    u = u.view(16, Cpg, panels, P).permute(0, 2, 1, 3)
+    return torch.cat([packed, weight.new_zeros(offset - packed.numel()), u.reshape(-1)])
 
 
 def _t_unpack_conv2d_weight(packed, weight_shape, groups):

@@ -978,6 +978,359 @@ void conv2d_pack_groups::run(item_arg<1> ia, const params<T>& p) {
   wpk[e] = g < G ? w[(g * Opg + o) * p.wO + c * p.wC + kh * p.wH + kw * p.wW] : T{};
 }
 
+// ------------------------------------------------------------------ Winograd F(2x2, 3x3) (conv2d_packed, float32)
+// For 3x3 kernels with stride 1, dilation 1 and one group, each 2x2 block of output pixels (a "tile") is
+//     Y = A^T [ sum over input channels c of (G g_c G^T) (.) (B^T d_c B) ] A
+// with d_c the 4x4 input patch of channel c (zero outside the input), g_c the 3x3 weights of (o, c), (.) the
+// elementwise product, and
+//     B^T = [1 0 -1 0; 0 1 1 0; 0 -1 1 0; 0 1 0 -1],  G = [1 0 0; 1/2 1/2 1/2; 1/2 -1/2 1/2; 0 0 1],
+//     A^T = [1 1 1 0; 0 1 -1 -1]
+// (Lavin & Gray 2015): 16 multiplications per tile and channel pair instead of 36. Three kernels, over a chunk of
+// tiles [t0, t0 + T) (the host cuts the tiles into chunks so that the scratch stays in cache):
+//   conv2d_wino_input:  V[xi, t, c]    = (B^T d_c B)[xi] of tile t0 + t    (scratch, [16][T][C])
+//   conv2d_wino_gemm:   M[xi, t, o]    = sum over c of V[xi, t, c] * U[xi, c, o]: 16 GEMMs [T x C] x [C x O]
+//                                        (scratch [16][T][O_pad]), tiled as conv2d_igemm (lanes over o, R tiles
+//                                        x Q channel vectors per work-group, uniform scalar loads of V)
+//   conv2d_wino_output: dst            = A^T M A + bias [+ residual] [ReLU], the same epilogue as conv2d_igemm.
+// U (G g G^T, made once when the weight is packed: conv2d_wino_pack) is laid out [16][O_pad / P][C][P], P the
+// panel width (shapes.h conv2d_pack_layout): a work-group's weights are one contiguous stream per xi.
+// Every transform is a fixed sequence of additions (and exact halvings in U), written out below in the order
+// the host reference (shapes.cpp conv2d_pack, xkernels.reference) repeats; the GEMM accumulates with explicit fma
+// in the order c = 0, 1, ... . Terms with a zero coefficient are left out (not multiplied by 0): a NaN input
+// reaches only the tiles whose patch holds it. All index arithmetic is int64.
+
+// The transforms of one 4x4 (or 4x3 / 3x3) block, rows then columns.
+template <typename A>
+inline void wino_input_transform(const A (&d)[4][4], A (&v)[4][4]) {
+  A t[4][4];
+  XK_UNROLL
+  for (int j = 0; j < 4; ++j) {
+    t[0][j] = d[0][j] - d[2][j];
+    t[1][j] = d[1][j] + d[2][j];
+    t[2][j] = d[2][j] - d[1][j];
+    t[3][j] = d[1][j] - d[3][j];
+  }
+  XK_UNROLL
+  for (int i = 0; i < 4; ++i) {
+    v[i][0] = t[i][0] - t[i][2];
+    v[i][1] = t[i][1] + t[i][2];
+    v[i][2] = t[i][2] - t[i][1];
+    v[i][3] = t[i][1] - t[i][3];
+  }
+}
+template <typename A>
+inline void wino_output_transform(const A (&m)[4][4], A (&y)[2][2]) {
+  A s[2][4];
+  XK_UNROLL
+  for (int j = 0; j < 4; ++j) {
+    s[0][j] = (m[0][j] + m[1][j]) + m[2][j];
+    s[1][j] = (m[1][j] - m[2][j]) - m[3][j];
+  }
+  XK_UNROLL
+  for (int i = 0; i < 2; ++i) {
+    y[i][0] = (s[i][0] + s[i][1]) + s[i][2];
+    y[i][1] = (s[i][1] - s[i][2]) - s[i][3];
+  }
+}
+template <typename A>
+inline void wino_weight_transform(const A (&g)[3][3], A (&u)[4][4]) {
+  A t[4][3];
+  XK_UNROLL
+  for (int j = 0; j < 3; ++j) {
+    t[0][j] = g[0][j];
+    t[1][j] = ((g[0][j] + g[1][j]) + g[2][j]) * A(0.5);
+    t[2][j] = ((g[0][j] - g[1][j]) + g[2][j]) * A(0.5);
+    t[3][j] = g[2][j];
+  }
+  XK_UNROLL
+  for (int i = 0; i < 4; ++i) {
+    u[i][0] = t[i][0];
+    u[i][1] = ((t[i][0] + t[i][1]) + t[i][2]) * A(0.5);
+    u[i][2] = ((t[i][0] - t[i][1]) + t[i][2]) * A(0.5);
+    u[i][3] = t[i][2];
+  }
+}
+
+template <typename T>
+struct conv2d_wino_input_params {
+  const T* src;  // [N, C, H, W], element strides (sN, sC, sH, sW): any layout (channels_last: vector loads)
+  T* v;          // [16][T][C]
+  int64_t N, C, H, W, sN, sC, sH, sW, TH, TW, ph, pw, t0, tiles, tiles_per_group;
+};
+template <int S>
+struct conv2d_wino_input {
+  static constexpr int dims = 1;
+  static constexpr int sub_group = S;
+  static constexpr bool lane_variant = true;  // built for the one width the host launches
+  using types = type_list<float>;
+  template <typename T>
+  using params = conv2d_wino_input_params<T>;
+  template <typename T>
+  static void run(item_arg<1> ia, const params<T>& p);
+};
+
+template <typename T>
+struct conv2d_wino_gemm_params {
+  const T* v;  // [16][T][C]
+  const T* u;  // [16][O_pad / panel][C][panel]
+  T* m;        // [16][T][O_pad]
+  int64_t tiles, C, O_pad, panel, tiles_per_group;
+};
+template <int S, int R, int Q>
+struct conv2d_wino_gemm {
+  static constexpr int dims = 1;
+  static constexpr int sub_group = S;
+  static constexpr int vector_registers = tile_vector_registers<Q>;
+  static constexpr bool lane_variant = true;  // built for the one width the host launches
+  using types = type_list<float>;
+  template <typename T>
+  using params = conv2d_wino_gemm_params<T>;
+  template <typename T>
+  static void run(item_arg<1> ia, const params<T>& p);
+};
+
+template <typename T>
+struct conv2d_wino_output_params {
+  const T* m;  // [16][T][O_pad]
+  const T* bias;
+  const T* res;  // residual in dst's layout, or null
+  T* dst;        // [N, O, OH, OW] (DST_CL: channels_last memory)
+  int64_t N, O, OH, OW, TH, TW, O_pad, t0, tiles, tiles_per_group;
+  int32_t relu;
+};
+template <bool DST_CL, int S>
+struct conv2d_wino_output {
+  static constexpr int dims = 1;
+  static constexpr int sub_group = S;
+  static constexpr bool lane_variant = true;  // built for the one width the host launches
+  using types = type_list<float>;
+  template <typename T>
+  using params = conv2d_wino_output_params<T>;
+  template <typename T>
+  static void run(item_arg<1> ia, const params<T>& p);
+};
+
+template <typename T>
+struct conv2d_wino_pack_params {
+  const T* w;  // [O, C, 3, 3], element strides (wO, wC, wH, wW): any layout
+  T* u;        // [16][O_pad / panel][C][panel]
+  int64_t O, C, O_pad, panel, wO, wC, wH, wW;
+};
+struct conv2d_wino_pack {
+  static constexpr int dims = 1;
+  using types = type_list<float>;
+  template <typename T>
+  using params = conv2d_wino_pack_params<T>;
+  template <typename T>
+  static void run(item_arg<1> ia, const params<T>& p);
+};
+
+// Input transform. A work-group: S lanes over input channels c0 .. c0+S-1 (the last block masked) x
+// tiles_per_group consecutive tiles. The 4x4 patch's rows and columns inside the input are uniform across
+// lanes: outside, the lane reads its channel at pixel 0 and uses 0 (no branch around the loads).
+// Launch: nd_range<1>, local size S, global size S * ceil(C / S) * ceil(T / tiles_per_group).
+template <int S>
+template <typename T>
+void conv2d_wino_input<S>::run(item_arg<1> ia, const params<T>& p) {
+  const auto src = p.src;
+  const auto v = p.v;
+  const auto C = p.C;
+  const auto H = p.H;
+  const auto W = p.W;
+  const auto sN = p.sN;
+  const auto sC = p.sC;
+  const auto sH = p.sH;
+  const auto sW = p.sW;
+  const auto TH = p.TH;
+  const auto TW = p.TW;
+  const auto T_ = p.tiles;
+  using A = acc_t<T>;
+  const auto it = item(ia);
+  const int64_t lane = static_cast<int64_t>(it.get_local_id(0));
+  const int64_t grp = static_cast<int64_t>(it.get_group(0));
+  const int64_t cblocks = (C + S - 1) / S;
+  const int64_t cb = grp % cblocks, tb = grp / cblocks;
+  const int64_t c = cb * S + lane;
+  const bool cin = c < C;
+  const T* lane_src = src + (cin ? c : 0) * sC;
+  for (int64_t k = 0; k < p.tiles_per_group; ++k) {
+    const int64_t t = tb * p.tiles_per_group + k;
+    if (t >= T_) break;
+    const int64_t tg = p.t0 + t;  // tile in the whole problem: (n, ty, tx)
+    const int64_t n = tg / (TH * TW), rem = tg - n * (TH * TW);
+    const int64_t ty = rem / TW, tx = rem - ty * TW;
+    const int64_t y0 = 2 * ty - p.ph, x0 = 2 * tx - p.pw;
+    A d[4][4];
+    XK_UNROLL
+    for (int i = 0; i < 4; ++i) {
+      const int64_t y = y0 + i;
+      XK_UNROLL
+      for (int j = 0; j < 4; ++j) {
+        const int64_t x = x0 + j;
+        const bool in = y >= 0 && y < H && x >= 0 && x < W;
+        const A e = load<T>(lane_src, in ? n * sN + y * sH + x * sW : 0);
+        d[i][j] = in ? e : A(0);
+      }
+    }
+    A vt[4][4];
+    wino_input_transform(d, vt);
+    if (cin) {
+      XK_UNROLL
+      for (int i = 0; i < 4; ++i) {
+        XK_UNROLL
+        for (int j = 0; j < 4; ++j) store<T>(v, ((i * 4 + j) * T_ + t) * C + c, vt[i][j]);
+      }
+    }
+  }
+}
+
+// The 16 GEMMs. A work-group: one xi, S*Q output channels c0 .. (a panel's part: c0 / panel, c0 % panel),
+// tiles_per_group blocks of R tiles; lane l accumulates channels l, l+S, .. of R tiles (R*Q accumulators, as
+// conv2d_igemm). Tiles past T repeat the last one (computed, not stored). Consecutive work-groups take
+// consecutive tile blocks of the same (xi, channels): that U slice stays in cache.
+// Launch: nd_range<1>, local size S, global size S * 16 * (O_pad / (S*Q)) * ceil(ceil(T / R) / tiles_per_group).
+template <int S, int R, int Q>
+template <typename T>
+void conv2d_wino_gemm<S, R, Q>::run(item_arg<1> ia, const params<T>& p) {
+  const auto v = p.v;
+  const auto u = p.u;
+  const auto m = p.m;
+  const auto T_ = p.tiles;
+  const auto C = p.C;
+  const auto O_pad = p.O_pad;
+  const auto panel = p.panel;
+  using A = acc_t<T>;
+  const auto it = item(ia);
+  const int64_t lane = static_cast<int64_t>(it.get_local_id(0));
+  int64_t grp = static_cast<int64_t>(it.get_group(0));
+  const int64_t pblocks = ((T_ + R - 1) / R + p.tiles_per_group - 1) / p.tiles_per_group;
+  const int64_t pb = grp % pblocks;
+  grp /= pblocks;
+  const int64_t ctiles = O_pad / (S * Q);
+  const int64_t ct = grp % ctiles, xi = grp / ctiles;
+  const int64_t c0 = ct * (S * Q);
+  const T* uk = u + (xi * (O_pad / panel) + c0 / panel) * C * panel + c0 % panel + lane;
+  const T* vx = v + xi * T_ * C;
+  T* mx = m + xi * T_ * O_pad + c0 + lane;
+  for (int64_t pt = 0; pt < p.tiles_per_group; ++pt) {
+    const int64_t r0 = (pb * p.tiles_per_group + pt) * R;
+    if (r0 >= T_) break;
+    const T* vr[R];
+    XK_UNROLL
+    for (int r = 0; r < R; ++r) vr[r] = vx + (r0 + r < T_ ? r0 + r : T_ - 1) * C;
+    A acc[R][Q];
+    XK_UNROLL
+    for (int r = 0; r < R; ++r) {
+      XK_UNROLL
+      for (int q = 0; q < Q; ++q) acc[r][q] = A(0);
+    }
+    for (int64_t c = 0; c < C; ++c) {
+      A w[Q];
+      XK_UNROLL
+      for (int q = 0; q < Q; ++q) w[q] = load<T>(uk, c * panel + q * S);
+      XK_UNROLL
+      for (int r = 0; r < R; ++r) {
+        const A a = load<T>(vr[r], c);
+        XK_UNROLL
+        for (int q = 0; q < Q; ++q) acc[r][q] = sycl::fma(a, w[q], acc[r][q]);
+      }
+    }
+    XK_UNROLL
+    for (int r = 0; r < R; ++r) {
+      if (r0 + r < T_) {
+        XK_UNROLL
+        for (int q = 0; q < Q; ++q) store<T>(mx, (r0 + r) * O_pad + q * S, acc[r][q]);
+      }
+    }
+  }
+}
+
+// Output transform and epilogue. A work-group: S lanes over output channels (the last block masked) x
+// tiles_per_group consecutive tiles; each lane forms its channel's 2x2 block (the pixels inside the output),
+// then v = y + bias [+ residual at dst's offset] [ReLU, NaN kept], rounded once when stored (as conv2d_igemm).
+// Launch: nd_range<1>, local size S, global size S * ceil(O / S) * ceil(T / tiles_per_group).
+template <bool DST_CL, int S>
+template <typename T>
+void conv2d_wino_output<DST_CL, S>::run(item_arg<1> ia, const params<T>& p) {
+  const auto mm = p.m;
+  const auto bias = p.bias;
+  const auto res = p.res;
+  const auto dst = p.dst;
+  const auto O = p.O;
+  const auto OH = p.OH;
+  const auto OW = p.OW;
+  const auto TH = p.TH;
+  const auto TW = p.TW;
+  const auto O_pad = p.O_pad;
+  const auto T_ = p.tiles;
+  using A = acc_t<T>;
+  const auto it = item(ia);
+  const int64_t lane = static_cast<int64_t>(it.get_local_id(0));
+  const int64_t grp = static_cast<int64_t>(it.get_group(0));
+  const int64_t oblocks = (O + S - 1) / S;
+  const int64_t ob = grp % oblocks, tb = grp / oblocks;
+  const int64_t o = ob * S + lane;
+  if (o >= O) return;
+  const A b = bias != nullptr ? load<T>(bias, o) : A(0);
+  const int64_t HW = OH * OW;
+  for (int64_t k = 0; k < p.tiles_per_group; ++k) {
+    const int64_t t = tb * p.tiles_per_group + k;
+    if (t >= T_) break;
+    const int64_t tg = p.t0 + t;
+    const int64_t n = tg / (TH * TW), rem = tg - n * (TH * TW);
+    const int64_t ty = rem / TW, tx = rem - ty * TW;
+    A mt[4][4];
+    XK_UNROLL
+    for (int i = 0; i < 4; ++i) {
+      XK_UNROLL
+      for (int j = 0; j < 4; ++j) mt[i][j] = load<T>(mm, ((i * 4 + j) * T_ + t) * O_pad + o);
+    }
+    A y[2][2];
+    wino_output_transform(mt, y);
+    XK_UNROLL
+    for (int i = 0; i < 2; ++i) {
+      XK_UNROLL
+      for (int j = 0; j < 2; ++j) {
+        const int64_t oy = 2 * ty + i, ox = 2 * tx + j;
+        if (oy < OH && ox < OW) {
+          const int64_t off = DST_CL ? ((n * OH + oy) * OW + ox) * O + o : (n * O + o) * HW + oy * OW + ox;
+          A val = y[i][j] + b;
+          if (res != nullptr) val += load<T>(res, off);
+          if (p.relu) val = val < A(0) ? A(0) : val;  // NaN propagates, as torch.relu
+          store<T>(dst, off, val);
+        }
+      }
+    }
+  }
+}
+
+// Weight transform U = G g G^T (the order of wino_weight_transform), one work-item per (output channel o of the
+// padded panels, input channel c); channels past O get zeros. Lanes over o: the stores are contiguous.
+// Launch: nd_range<1>, any local size, global size >= O_pad * C.
+template <typename T>
+void conv2d_wino_pack::run(item_arg<1> ia, const params<T>& p) {
+  using A = acc_t<T>;
+  const auto it = item(ia);
+  const int64_t e = static_cast<int64_t>(it.get_global_id(0));
+  if (e >= p.O_pad * p.C) return;
+  const int64_t pi = e / (p.C * p.panel), rem = e - pi * (p.C * p.panel);
+  const int64_t c = rem / p.panel, jj = rem - c * p.panel;
+  const int64_t o = pi * p.panel + jj;
+  A g[3][3];
+  XK_UNROLL
+  for (int i = 0; i < 3; ++i) {
+    XK_UNROLL
+    for (int j = 0; j < 3; ++j) g[i][j] = o < p.O ? load<T>(p.w, o * p.wO + c * p.wC + i * p.wH + j * p.wW) : A(0);
+  }
+  A uu[4][4];
+  wino_weight_transform(g, uu);
+  XK_UNROLL
+  for (int i = 0; i < 4; ++i) {
+    XK_UNROLL
+    for (int j = 0; j < 4; ++j) store<T>(p.u, (i * 4 + j) * p.O_pad * p.C + e, uu[i][j]);
+  }
+}
+
 // ------------------------------------------------------------------ the op's kernels (variants the host launches)
 // Lane widths S: 16 (float, half, bfloat16) and 8 (double) fill one 512-bit vector on the CPU device, 8 floats
 // one 256-bit vector on AVX2 CPUs; 32 is the width of devices without those sub-group sizes (NVIDIA warps).
@@ -989,12 +1342,18 @@ using conv2d_lane_base =
                 conv2d_igemm<false, S, 8, 1>, conv2d_igemm_groups<true, S, 8>, conv2d_igemm_groups<false, S, 8>,
                 conv2d_grad_weight<S, 6, 4>, conv2d_grad_weight<S, 8, 1>, conv2d_grad_weight_groups<S, 9>,
                 conv2d_grad_bias<S>, conv2d_pack_panels<S>>;
-using conv2d_avx2_tiles =
-    kernel_list<conv2d_igemm<true, 8, 6, 2>, conv2d_igemm<false, 8, 6, 2>, conv2d_grad_weight<8, 6, 2>>;
+using conv2d_avx2_tiles = kernel_list<conv2d_igemm<true, 8, 6, 2>, conv2d_igemm<false, 8, 6, 2>,
+                                      conv2d_grad_weight<8, 6, 2>, conv2d_wino_gemm<8, 6, 2>>;
+// Winograd (float32, CPU lane widths only: the packed weights are for CPU tensors).
+template <int S>
+using conv2d_wino_kernels =
+    kernel_list<conv2d_wino_input<S>, conv2d_wino_output<true, S>, conv2d_wino_output<false, S>>;
 template <int S>
 using conv2d_lane_kernels =
     std::conditional_t<S == 8, concat_t<conv2d_lane_base<S>, conv2d_avx2_tiles>, conv2d_lane_base<S>>;
-using conv2d_kernels = concat_t<conv2d_lane_kernels<16>, conv2d_lane_kernels<8>, conv2d_lane_kernels<32>,
-                                kernel_list<conv2d_reduce_splits, conv2d_pack_groups>>;
+using conv2d_kernels =
+    concat_t<conv2d_lane_kernels<16>, conv2d_lane_kernels<8>, conv2d_lane_kernels<32>, conv2d_wino_kernels<16>,
+             conv2d_wino_kernels<8>,
+             kernel_list<conv2d_wino_gemm<16, 6, 4>, conv2d_reduce_splits, conv2d_pack_groups, conv2d_wino_pack>>;
 
 }  // namespace xk
