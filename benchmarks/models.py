@@ -1,6 +1,6 @@
 """Model-level benchmarks: python -m benchmarks.models [--quick] [--models ...] [--providers ...]
 
-Cases (float32, CPU):
+Cases (float32 unless --dtype bfloat16, which times inference only; CPU):
   resnet50   eval, batch 1 and 8, 224x224 (xkernels.models.resnet50, BN statistics calibrated on one batch);
              one training step at batch 2, 224x224 (--train-batch; --quick: 112x112): train mode, so torch's
              BatchNorm with batch statistics, xkernels' convolutions (optimize() of a train-mode model folds
@@ -353,6 +353,10 @@ def _parity(checks, dtype) -> tuple[bool, float, str]:
 
 def run_case(case: ModelCase, providers: list[Provider], args, log=print) -> tuple[list[dict], list[str]]:
     model, x, target = case.build()
+    dtype = getattr(torch, getattr(args, "dtype", "float32"))
+    if dtype != torch.float32:  # the model and its inputs in `dtype` (the oracle stays float64 of those values)
+        model, x = model.to(dtype), x.to(dtype)
+        target = target.to(dtype) if target is not None else None
     infer = case.mode == "infer"
     ref_out, ref_grads = _oracle(model, x, target, infer)
     rows, failures = [], []
@@ -388,7 +392,7 @@ def run_case(case: ModelCase, providers: list[Provider], args, log=print) -> tup
         warm = time.perf_counter() - t0
         if p.name == "torch":
             base_out = out
-        ok, used, why = _parity([("output", out, ref_out, base_out)], torch.float32)
+        ok, used, why = _parity([("output", out, ref_out, base_out)], dtype)
         if ok and not infer and (p.xkernels or p.name == "torch"):
             # (torch's float64 gradients are the budget's baseline; the compiled peers are not re-run in float64:
             # their output parity is checked above, and a float64 recompilation costs minutes here.)
@@ -418,7 +422,7 @@ def run_case(case: ModelCase, providers: list[Provider], args, log=print) -> tup
             failures.append(f"{case.model} {case.mode} {case.shape} {p.name}: {why}")
             continue
         info[p.name] = {"warmup_s": warm, "parity": used}
-        log(f"    {p.name:24s} warm-up {warm:6.1f}s, parity ok ({used:.0%} of the float32 budget)")
+        log(f"    {p.name:24s} warm-up {warm:6.1f}s, parity ok ({used:.0%} of the {str(dtype)[6:]} budget)")
         live.append((p, runner))
     if not live:
         return rows, failures
@@ -474,7 +478,7 @@ def print_rows(rows):
         )
 
 
-def append_rows(rows: list[dict], case: ModelCase, path: Path, prov: dict) -> None:
+def append_rows(rows: list[dict], case: ModelCase, path: Path, prov: dict, dtype: str = "float32") -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     new = not path.exists()
     stamp = _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
@@ -489,7 +493,7 @@ def append_rows(rows: list[dict], case: ModelCase, path: Path, prov: dict) -> No
                     **prov,
                     "op": case.model,
                     "mode": case.mode,
-                    "dtype": "float32",
+                    "dtype": dtype,
                     "shape": case.shape,
                     **r,
                 }
@@ -589,6 +593,12 @@ def main(argv=None) -> int:
         default=None,
         help="e.g. torch torch.compile torch.compile+freezing sycl reference (default: all but reference)",
     )
+    ap.add_argument(
+        "--dtype",
+        default="float32",
+        choices=["float32", "bfloat16"],
+        help="the models' and inputs' dtype (bfloat16: inference only; every provider runs the same bf16 model)",
+    )
     ap.add_argument("--rounds", type=int, default=None, help="interleaved timing rounds (default 5, --quick 3)")
     ap.add_argument(
         "--min-time",
@@ -612,6 +622,8 @@ def main(argv=None) -> int:
     if args.table:
         print(markdown_table(args.csv))
         return 0
+    if args.dtype != "float32" and "train" in args.modes:
+        ap.error("--dtype bfloat16 times inference only: add --modes infer")
     args.batches = args.batches or ([1] if args.quick else [1, 8])
     args.rounds = args.rounds or (3 if args.quick else 5)
     args.min_time = args.min_time or (0.6 if args.quick else 3.0)
@@ -627,12 +639,12 @@ def main(argv=None) -> int:
     t_start = time.perf_counter()
     all_rows, failures = [], []
     for i, case in enumerate(build_cases(args), 1):
-        print(f"[{i}] {case.model} {case.mode} {case.shape}", flush=True)
+        print(f"[{i}] {case.model} {case.mode} {case.shape} {args.dtype}", flush=True)
         t0 = time.perf_counter()
         rows, fails = run_case(case, providers, args)
         print_rows(rows)
         print(f"    ({time.perf_counter() - t0:.0f}s)", flush=True)
-        append_rows(rows, case, args.csv, prov)
+        append_rows(rows, case, args.csv, prov, args.dtype)
         all_rows += [{"op": case.model, "mode": case.mode, "shape": case.shape, **r} for r in rows]
         failures += fails
     print(

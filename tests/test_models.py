@@ -160,3 +160,25 @@ def test_resnet_training_step_case(cpu_backend):
     timed = {r["provider"] for r in rows if r.get("median_ms")}
     assert timed == {"torch", f"xkernels[{backend}]"}, logged
     assert any("parity ok" in line and backend in line for line in logged)
+
+
+def test_model_benchmark_in_bfloat16(cpu_backend):
+    """--dtype bfloat16: the model and input in bf16 for every provider, the gate against float64 with bf16's budget
+    (a provider off by 0.1 % of a weight passes in bf16 only if that is inside the budget: so a 5 % one must fail)."""
+    from benchmarks import models as bm
+
+    def wrong(case, model, t):
+        with torch.no_grad():
+            model[0].weight.mul_(1.05)
+        return bm.Runner(model, model, True, target=t)
+
+    backend = cpu_backend.name
+    st = xkernels.backends()[backend]
+    provs = [bm._torch_provider(), bm._xkernels_provider(backend, st), bm.Provider("wrong", wrong)]
+    case = bm.ModelCase("tiny", "infer", "3x64", 3, lambda: (models.mlp((64, 64, 32)).eval(), torch.randn(3, 64), None))
+    logged = []
+    rows, failures = bm.run_case(case, provs, _args(dtype="bfloat16"), log=logged.append)
+    timed = {r["provider"] for r in rows if r.get("median_ms")}
+    assert timed == {"torch", f"xkernels[{backend}]"}, logged
+    assert len(failures) == 1 and "wrong" in failures[0], failures
+    assert any("bfloat16 budget" in line for line in logged), logged
