@@ -186,6 +186,15 @@ def test_choice_and_switch(sycl_cpu, monkeypatch):
     monkeypatch.setenv(ENV, "auto")
     _packed(x, w, b, pad)
     assert _calls() == before + 2
+    # Few 2x2 tiles (one 7x7 image: 16 tiles, below WinogradConfig::kMinTiles): the direct kernel, measured faster.
+    x7 = x[:1, :, :7, :7].contiguous(memory_format=torch.channels_last)
+    _packed(x7, w, b, pad)
+    assert _calls() == before + 2
+    monkeypatch.setenv(ENV, "1")
+    _packed(x7, w, b, pad)
+    assert _calls() == before + 3
+    monkeypatch.setenv(ENV, "auto")
+    before += 1
     monkeypatch.setenv(ENV, "0")
     off = _packed(x, w, b, pad)
     assert _calls() == before + 2

@@ -365,10 +365,12 @@ std::atomic<int64_t> winograd_calls{0};  // conv2d_packed calls that ran Winogra
 struct WinogradConfig {
   // The rule (docs/performance.md "conv2d: Winograd F(2x2, 3x3)", measured on a 2-core Xeon, AVX-512, against
   // the direct kernel with packed weights, channels_last): at least this many input and output channels, and at
-  // least kMinTiles 2x2 output tiles in the batch.
+  // least kMinTiles 2x2 output tiles in the batch. Idle Xeon, commit ac6d568 (scripts/bench_conv2d_winograd.py):
+  // direct/Winograd 1.12-1.99x from 128 tiles up (ResNet-50's 3x3 layers at batch 1 and 8), 0.97-0.98x at 16 and
+  // 49 tiles (512 channels at 7x7, 256 at 14x14, batch 1): the transforms' fixed cost beats the saved products.
   static constexpr int64_t kMinChannels =
       kConv2dWinogradMinChannels;  // shapes.h: the packed layout carries U from here
-  static constexpr int64_t kMinTiles = 1;
+  static constexpr int64_t kMinTiles = 96;
   // Tiles per chunk: the scratch (V and M, 16 x chunk x (C + O) floats) stays at about this many bytes, so that
   // the GEMM reads what the input transform just wrote from cache; at least kMinChunkTiles tiles.
   static constexpr int64_t kChunkBytes = int64_t(6) << 20;
