@@ -5,7 +5,7 @@ exception; ../shared/SYCL_RUNTIME.md). xkernels builds one only where its guard 
 force. If that guard were wrong, the first bf16 fused_linear_relu in the test process would kill the whole
 suite; so on a CPU with AMX, conftest runs the AMX path once in a child first. If the child fails, the AMX
 path is turned off for this test process (XKERNELS_SYCL_AMX=0) and
-test_sycl_fused_linear_relu_amx.py::test_the_amx_path_runs_in_a_child_process fails with the child's output.
+test_amx.py::test_the_amx_path_runs_in_a_child_process fails with the child's output.
 """
 
 from __future__ import annotations

@@ -19,6 +19,7 @@
 #include <iterator>
 #include <string>
 
+#include "sycl/amx_gemm.h"
 #include "sycl/host_alloc.h"
 #include "sycl/launch.h"
 #include "xkernels/checks.h"
@@ -581,6 +582,44 @@ void launch_reduce(Launcher& L, const at::Tensor& part, at::Tensor& dst, int64_t
 
 // conv2d, or with residual / relu the conv2d_relu epilogue (the residual made dense in the output's layout);
 // with `prepacked` (conv2d_packed) the weight operand is that tensor.
+// ---- bfloat16 1x1 convolutions on AMX (kernels/amx_gemm.hpp): a 1x1, stride-1, unpadded, one-group convolution
+// of a channels_last input is the GEMM out[pixel, o] = sum_c x[pixel, c] w[o, c] on NHWC memory. The input is the
+// matrix unit's A operand as stored; the weight (small beside the activations) is packed per call. Channel counts
+// multiples of 32 (no edge tiles). The shape part of the rule, for the module layer (nothing to pre-pack):
+bool amx_conv2d_shape_fits(int64_t O, int64_t C, int64_t KH, int64_t KW, std::array<int64_t, 2> stride,
+                           std::array<int64_t, 2> padding, int64_t groups) {
+  return KH == 1 && KW == 1 && stride[0] == 1 && stride[1] == 1 && padding[0] == 0 && padding[1] == 0 && groups == 1 &&
+         C % xk::AmxTile::kTileK == 0 && O % 32 == 0;
+}
+
+bool amx_conv2d_applies(const Launcher& L, const at::Tensor& x, const at::Tensor& weight, const Conv2dProblem& p,
+                        const at::Tensor& residual) {
+  constexpr auto cl = at::MemoryFormat::ChannelsLast;
+  return x.scalar_type() == at::kBFloat16 && weight.defined() && L.traits().amx_bf16 && p.channels_last &&
+         amx_conv2d_shape_fits(p.O, p.C, p.KH, p.KW, p.stride, p.padding, p.groups) && x.is_contiguous(cl) &&
+         (!residual.defined() || residual.is_contiguous(cl));
+}
+
+void amx_conv2d(Launcher& L, const Conv2dProblem& p, const at::Tensor& x, const at::Tensor& weight,
+                const at::Tensor& bias, const at::Tensor& residual, bool relu, at::Tensor& out) {
+  constexpr int TN = 2, TM = 2;
+  const int64_t P = p.N * p.H * p.W, C = p.C, O = p.O;
+  const at::Tensor A = x.permute({0, 2, 3, 1}).reshape({P, C});  // NHWC memory: a view
+  const at::Tensor wr = amx_packable_rows(weight.reshape({O, C}));
+  const at::Tensor wp = amx_pack_rows(L, wr);
+  // Whole blocks of 16*TN pixels straight from the input; the last few from a zero-padded copy (the kernel reads
+  // A up to a whole block).
+  const int64_t main = P / (16 * TN) * (16 * TN);
+  if (main > 0) amx_gemm<false, TN, TM>(L, A.narrow(0, 0, main), wp, O, bias, residual, relu, out, O);
+  at::Tensor tail;
+  if (P > main) {
+    tail = at::zeros({16 * TN, C}, x.options());
+    tail.narrow(0, 0, P - main).copy_(A.narrow(0, main, P - main));
+    amx_gemm<false, TN, TM>(L, tail.narrow(0, 0, P - main), wp, O, bias, residual, relu, out, O, main * O, main * O);
+  }
+  L.finish(out);  // wr, wp and tail die here
+}
+
 at::Tensor forward(Launcher L, const at::Tensor& input, const at::Tensor& weight, const at::Tensor& bias,
                    const Conv2dProblem& p, const at::Tensor& residual = {}, bool relu = false,
                    const at::Tensor& prepacked = {}) {
@@ -589,6 +628,10 @@ at::Tensor forward(Launcher L, const at::Tensor& input, const at::Tensor& weight
   const at::Tensor b = contiguous_if_defined(bias);
   const at::Tensor r = residual.defined() ? conv2d_as_4d_dense(residual, p) : at::Tensor();
   at::Tensor out = empty({p.N, p.O, p.OH, p.OW}, input.options().memory_format(out_fmt));
+  if (amx_conv2d_applies(L, x, weight, p, r)) {
+    amx_conv2d(L, p, x, weight, b, r, relu, out);
+    return p.batched ? out : out.view(p.out_sizes());
+  }
   if (prepacked.defined() && x.scalar_type() == at::kFloat) {
     const Conv2dPackLayout layout = conv2d_pack_layout({p.O, p.C_per_group(), p.KH, p.KW}, p.groups, at::kFloat);
     if (choose_winograd(L, p, layout)) {
@@ -771,6 +814,11 @@ at::Tensor pack_conv2d_weight(const at::Tensor& weight, int64_t groups) {
   return pack_weight_for(Launcher::for_tensor(weight), weight, groups);
 }
 int64_t conv2d_winograd_calls() { return winograd_calls.load(std::memory_order_relaxed); }
+bool conv2d_amx_for_cpu_tensors(int64_t out_channels, int64_t in_channels, int64_t kh, int64_t kw,
+                                std::array<int64_t, 2> stride, std::array<int64_t, 2> padding, int64_t groups) {
+  const Launcher L = Launcher::for_tensor(at::empty({0}, at::kBFloat16));
+  return L.traits().amx_bf16 && amx_conv2d_shape_fits(out_channels, in_channels, kh, kw, stride, padding, groups);
+}
 at::Tensor conv2d_packed(const at::Tensor& input, const at::Tensor& packed_weight, const at::Tensor& bias,
                          const at::Tensor& residual, bool relu, const Conv2dProblem& p) {
   return forward_packed(Launcher::for_tensor(input), input, packed_weight, bias, residual, relu, p);

@@ -11,7 +11,7 @@
 // default auto): "cpu" = the register-blocked sub-group kernels (linear_gemm_panel, and
 // linear_gemm_dot for the forward pass with few rows), chosen automatically for CPU devices;
 // "gpu" = the local-memory tiled kernel (linear_gemm_tiled), chosen for every other device;
-// "amx" = the bf16 forward on the CPU's matrix unit (kernels/fused_linear_relu_amx.hpp), chosen
+// "amx" = the bf16 forward on the CPU's matrix unit (kernels/amx_gemm.hpp), chosen
 // automatically for bf16 forward passes where the device has it and the shape fits (amx_applies).
 // Forcing a variant lets each be tested on any device that has it; "cpu" needs sub-groups of 16.
 #include <ATen/ATen.h>
@@ -21,6 +21,7 @@
 #include <cstdlib>
 #include <string>
 
+#include "sycl/amx_gemm.h"
 #include "sycl/host_alloc.h"
 #include "sycl/launch.h"
 #include "sycl/runtime_info.h"
@@ -57,8 +58,6 @@ struct LinearConfig {
   static constexpr int64_t kColumnLocal = 16;  // work-items per work-group of the column kernels
   // bf16 forward on AMX from this many rows (below, the FMA kernels; see amx_applies).
   static constexpr int64_t kAmxMinRows = 1;
-  // Packed activations per chunk of row blocks of the AMX GEMM (half of a 2 MiB L2, beside the weight slice).
-  static constexpr int64_t kAmxChunkBytes = int64_t{1} << 20;
 };
 
 enum class GemmVariant { Cpu, Gpu, Amx };
@@ -275,7 +274,7 @@ void gemm(Launcher& L, GemmVariant variant, const at::Tensor& A, const at::Tenso
   L.finish(C);
 }
 
-// ---- bfloat16 on AMX (kernels/fused_linear_relu_amx.hpp): out^T = W x X^T on the matrix unit, W as stored.
+// ---- bfloat16 on AMX (kernels/amx_gemm.hpp): out^T = W x X^T on the matrix unit, W as stored.
 // Taken where the device can (DeviceTraits::amx_bf16) and the shape has no edge tiles (K % 32, N % 32) and enough
 // rows to fill a tile reasonably (the 16-row tile computes 16 rows however few there are).
 // XKERNELS_SYCL_GEMM_VARIANT=amx insists (a clear error where it cannot run); cpu / gpu keep the FMA kernels.
@@ -297,44 +296,16 @@ bool amx_applies(const Launcher& L, at::ScalarType dtype, const LinearProblem& p
 }
 
 void amx_forward(Launcher& L, const at::Tensor& x, const at::Tensor& w, const at::Tensor& bias, at::Tensor& out) {
-  using T = xk::bf16;
   const int64_t M = x.size(0), K = x.size(1), N = w.size(0);
-  TORCH_INTERNAL_ASSERT(
-      x.stride(1) == 1 && x.stride(0) % 2 == 0 && reinterpret_cast<uintptr_t>(x.const_data_ptr()) % 4 == 0,
-      "amx_forward: X must be row-contiguous, 4-byte aligned, with an even row stride");
-  const int64_t row_blocks = ceil_div(M, int64_t{16});
-  // X packed into 16-row VNNI blocks (rows past M zero); queued before the GEMM that reads it (in-order queue).
-  at::Tensor xp = empty({row_blocks * 16, K}, x.options());
-  const int64_t pair_chunks = ceil_div(K / 2, xk::kAmxPackPairsPerGroup);
-  L.launch<xk::linear_amx_pack_x, T>(
-      sycl::nd_range<1>(sycl::range<1>(row_blocks * pair_chunks * 16), sycl::range<1>(16)),
-      {.X = cptr<T>(x), .ldx = x.stride(0), .Xp = mptr<T>(xp), .M = M, .K = K, .pair_chunks = pair_chunks});
-  auto run = [&](auto BIAS, auto TM_) {
-    constexpr int TN = 2, TM = decltype(TM_)::value;
-    const int64_t m_groups = ceil_div(M, int64_t{16} * TM);
-    const int64_t groups = m_groups * (N / (16 * TN));
-    // Row blocks per chunk: their packed activations (16*TM rows x K bf16) within kAmxChunkBytes.
-    const int64_t m_chunk = std::clamp<int64_t>(LinearConfig::kAmxChunkBytes / (16 * TM * K * 2), 1, m_groups);
-    L.launch<xk::linear_gemm_amx<decltype(BIAS)::value, TN, TM>, T>(
-        sycl::nd_range<1>(sycl::range<1>(groups * 16), sycl::range<1>(16)), {.W = cptr<T>(w),
-                                                                             .ldw = w.stride(0),
-                                                                             .Xp = cptr<T>(xp),
-                                                                             .bias = cptr_or_null<T>(bias),
-                                                                             .C = mptr<T>(out),
-                                                                             .ldc = N,
-                                                                             .M = M,
-                                                                             .N = N,
-                                                                             .K = K,
-                                                                             .m_groups = m_groups,
-                                                                             .m_chunk = m_chunk});
+  // X packed (amx_pack_rows), W read as stored: out^T = W x X^T (kernels/amx_gemm.hpp, TRANS_OUT).
+  const at::Tensor xr = amx_packable_rows(x);
+  const at::Tensor xp = amx_pack_rows(L, xr);
+  auto run = [&](auto TM_) {
+    constexpr int TM = decltype(TM_)::value;
+    amx_gemm<true, 2, TM>(L, w, xp, M, bias, at::Tensor(), /*relu=*/true, out, N);
   };
-  using one = std::integral_constant<int, 1>;
-  using two = std::integral_constant<int, 2>;
-  if (bias.defined())
-    M > 16 ? run(std::true_type{}, two{}) : run(std::true_type{}, one{});
-  else
-    M > 16 ? run(std::false_type{}, two{}) : run(std::false_type{}, one{});
-  L.finish(out);  // xp dies here
+  M > 16 ? run(std::integral_constant<int, 2>{}) : run(std::integral_constant<int, 1>{});
+  L.finish(out);  // xr and xp die here
 }
 
 at::Tensor forward(Launcher L, const at::Tensor& input, const at::Tensor& weight, const at::Tensor& bias,
@@ -344,8 +315,7 @@ at::Tensor forward(Launcher L, const at::Tensor& input, const at::Tensor& weight
   const at::Tensor b = contiguous_if_defined(bias);
   at::Tensor out = empty({p.M, p.N}, x.options());
   if (amx_applies(L, x.scalar_type(), p)) {
-    // The packing kernel moves bf16 pairs as 32-bit words: X 4-byte aligned (a view's odd offset is copied).
-    amx_forward(L, reinterpret_cast<uintptr_t>(x.const_data_ptr()) % 4 ? x.clone() : x, w, b, out);
+    amx_forward(L, x, w, b, out);
     return out.view(p.out_sizes);
   }
   XK_DISPATCH_DEVICE_TYPES(x.scalar_type(), "fused_linear_relu",

@@ -5,6 +5,7 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include "sycl/amx_gemm.h"
 #include "sycl/aot_library.h"
 #include "sycl/host_alloc.h"
 #include "sycl/runtime_info.h"
@@ -42,6 +43,9 @@ void bind_user_kernels(py::module_& m);  // user_kernels.cpp
 int64_t linear_dot_max_rows();                                               // fused_linear_relu.cpp
 bool linear_amx_for_cpu_tensors(int64_t out_features, int64_t in_features);  // fused_linear_relu.cpp
 int64_t conv2d_winograd_calls();                                             // conv2d.cpp
+bool conv2d_amx_for_cpu_tensors(int64_t out_channels, int64_t in_channels, int64_t kh, int64_t kw,
+                                std::array<int64_t, 2> stride, std::array<int64_t, 2> padding,
+                                int64_t groups);  // conv2d.cpp
 
 void bind_python(py::module_& m) {
   m.def("linear_dot_max_rows", &linear_dot_max_rows,
@@ -50,6 +54,13 @@ void bind_python(py::module_& m) {
   m.def("linear_amx_for_cpu_tensors", &linear_amx_for_cpu_tensors, py::arg("out_features"), py::arg("in_features"),
         "Whether a bfloat16 fused_linear_relu forward of this weight shape on CPU tensors runs on AMX (the weight read "
         "as stored: nothing to pre-pack).");
+  m.def(
+      "amx_gemm_launches", [] { return amx_gemm_launch_count().load(); },
+      "AMX GEMM launches so far in this process (bf16 fused_linear_relu forward, bf16 1x1 conv2d).");
+  m.def("conv2d_amx_for_cpu_tensors", &conv2d_amx_for_cpu_tensors, py::arg("out_channels"), py::arg("in_channels"),
+        py::arg("kh"), py::arg("kw"), py::arg("stride"), py::arg("padding"), py::arg("groups"),
+        "Whether a bfloat16 conv2d of this weight shape on channels_last CPU tensors runs on AMX (the weight read as "
+        "stored: nothing to pre-pack).");
   bind_user_kernels(m);
   m.def(
       "acpp_device",

@@ -35,7 +35,7 @@ struct DeviceTraits {
   // Vector registers the CPU's tiles are sized for: 16 (AVX2: 16 ymm) where the native float vector is 8 wide,
   // else 32 (AVX-512's 32 zmm; GPUs and unknown devices take the same tiles). kernels/conv2d.hpp's
   // register-sized tiles declare the budget they fit (vector_registers) and are built only for it.
-  // The run-time compiler builds bf16 joint_matrix kernels for AMX here (kernels/fused_linear_relu_amx.hpp): a CPU
+  // The run-time compiler builds bf16 joint_matrix kernels for AMX here (kernels/amx_gemm.hpp): a CPU
   // device whose CPU reports amx_bf16 and amx_tile, with the OpenCL CPU compiler's target set to an AMX
   // architecture for this process (CL_CONFIG_CPU_TARGET_ARCH) and XKERNELS_SYCL_AMX not 0 (amx_status()).
   bool amx_bf16 = false;

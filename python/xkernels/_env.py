@@ -8,7 +8,7 @@ user's cache directory). Both must be in place before the first SYCL platform qu
 
 AMX: on a CPU whose /proc/cpuinfo lists amx_bf16 and amx_tile we set CL_CONFIG_CPU_TARGET_ARCH=sapphirerapids
 (unless the user set it, or XKERNELS_SYCL_AMX=0), so that the OpenCL CPU compiler, which reads it once when it
-loads, can build the bf16 joint_matrix kernels (csrc/sycl/kernels/fused_linear_relu_amx.hpp). Its default
+loads, can build the bf16 joint_matrix kernels (csrc/sycl/kernels/amx_gemm.hpp). Its default
 ("auto") follows the CPUID model number, which on some virtual machines names a CPU without AMX although
 the AMX flags are set; building a joint_matrix kernel then aborts the process (../shared/SYCL_RUNTIME.md).
 The setting is the compiler's target for every kernel of the process; the native side enables the AMX kernels

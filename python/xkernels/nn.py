@@ -291,7 +291,22 @@ class Conv2d(nn.Conv2d):
         """The cached packed weight when this call can use it (see the class docstring), else None."""
         if self.weight.dim() != 4 or input.dim() not in (3, 4):
             return None
-        return _packed_copy(self, input, self.bias, lambda w: ops.pack_conv2d_weight(w, self.groups))
+        return _packed_copy(
+            self, input, self.bias, lambda w: ops.pack_conv2d_weight(w, self.groups), self._amx_reads_weight
+        )
+
+    def _amx_reads_weight(self) -> bool:
+        """bfloat16 1x1 convolutions on a CPU with AMX: conv2d reads the weight as stored (nothing to pre-pack)."""
+        w = self.weight
+        if w.dtype != torch.bfloat16:
+            return False
+        pad = (0, 0) if isinstance(self.padding, str) else tuple(self.padding)  # 'same'/'valid' of 1x1: no padding
+        kh, kw = w.shape[2], w.shape[3]
+        return bool(
+            _C.sycl.conv2d_amx_for_cpu_tensors(
+                w.shape[0], w.shape[1] * self.groups, kh, kw, tuple(self.stride), pad, self.groups
+            )
+        )
 
     def invalidate_packed_weight(self) -> None:
         """Drops the packed copy of the weight (rebuilt at the next call that uses it)."""

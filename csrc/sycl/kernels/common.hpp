@@ -245,7 +245,7 @@ struct sub_group_of : std::integral_constant<int, 0> {};
 template <typename K>
 struct sub_group_of<K, std::void_t<decltype(K::sub_group)>> : std::integral_constant<int, K::sub_group> {};
 
-// Matrix-unit kernels say `static constexpr bool amx = true` (kernels/fused_linear_relu_amx.hpp): built and
+// Matrix-unit kernels say `static constexpr bool amx = true` (kernels/amx_gemm.hpp): built and
 // launched only on devices whose traits say amx_bf16.
 template <typename K, typename = void>
 struct is_amx : std::false_type {};

@@ -6,10 +6,10 @@
 #include <cstddef>
 #include <string>
 
+#include "amx_gemm.hpp"
 #include "common.hpp"
 #include "conv2d.hpp"
 #include "fused_linear_relu.hpp"
-#include "fused_linear_relu_amx.hpp"
 #include "layer_norm.hpp"
 
 namespace xk {
@@ -24,11 +24,11 @@ struct table {
 inline constexpr char layer_norm_file[] = "layer_norm.hpp";
 inline constexpr char conv2d_file[] = "conv2d.hpp";
 inline constexpr char fused_linear_relu_file[] = "fused_linear_relu.hpp";
-inline constexpr char fused_linear_relu_amx_file[] = "fused_linear_relu_amx.hpp";
+inline constexpr char amx_gemm_file[] = "amx_gemm.hpp";
 
-using all_tables = type_list<table<layer_norm_file, layer_norm_kernels>, table<conv2d_file, conv2d_kernels>,
-                             table<fused_linear_relu_file, fused_linear_relu_kernels>,
-                             table<fused_linear_relu_amx_file, fused_linear_relu_amx_kernels>>;
+using all_tables =
+    type_list<table<layer_norm_file, layer_norm_kernels>, table<conv2d_file, conv2d_kernels>,
+              table<fused_linear_relu_file, fused_linear_relu_kernels>, table<amx_gemm_file, amx_gemm_kernels>>;
 
 // ------------------------------------------------------------------ compile-time walks over the tables
 // Calls f(table_tag, kernel_tag, type_tag) for every (table, kernel, element type), in a fixed order:

@@ -1,4 +1,4 @@
-"""fused_linear_relu's bfloat16 forward on AMX (csrc/sycl/kernels/fused_linear_relu_amx.hpp).
+"""fused_linear_relu's bfloat16 forward on AMX (csrc/sycl/kernels/amx_gemm.hpp).
 
 On a CPU with AMX (amx_bf16 and amx_tile in /proc/cpuinfo) xkernels sets the OpenCL CPU compiler's target to
 sapphirerapids at import, and bf16 forward passes whose feature counts are multiples of 32 run on the matrix
@@ -184,7 +184,7 @@ def test_auto_takes_the_amx_path_and_cpu_does_not(sycl_available, monkeypatch):
     with xkernels.use_backend("sycl"), torch.no_grad():
         xkernels.fused_linear_relu(torch.randn(5, 64).bfloat16(), torch.randn(32, 64).bfloat16(), None)
     groups = {g for d in _C.sycl.provider_devices() for g in d["groups"]}
-    assert "fused_linear_relu_amx.hpp" in groups, groups
+    assert "amx_gemm.hpp" in groups, groups
     assert _C.sycl.linear_amx_for_cpu_tensors(32, 64)
     assert not _C.sycl.linear_amx_for_cpu_tensors(33, 64) and not _C.sycl.linear_amx_for_cpu_tensors(32, 48)
     m = xkernels.nn.FusedLinearReLU(64, 32, pack_weight=True).bfloat16()
@@ -226,3 +226,121 @@ def test_backward_through_an_amx_forward(amx):
         y_ref = xkernels.fused_linear_relu(x.detach(), w.detach(), b.detach())
     rtol, atol = between_backends(torch.bfloat16, terms=64)
     torch.testing.assert_close(y.detach().float(), y_ref.float(), rtol=rtol, atol=atol)
+
+
+# ---------------------------------------------------------------------------------------------- conv2d 1x1
+
+# (N, C, O, H, W): pixel counts N*H*W that fill whole 32-pixel blocks (32, 64) and that leave a tail (49, 15, 98).
+CONV_SHAPES = [(1, 32, 32, 4, 8), (2, 64, 32, 4, 4), (1, 96, 64, 7, 7), (1, 32, 96, 5, 3), (2, 64, 64, 7, 7)]
+
+
+def _launches() -> int:
+    return int(_C.sycl.amx_gemm_launches())
+
+
+def _cl(t):
+    return t.contiguous(memory_format=torch.channels_last)
+
+
+def conv_oracle(x, w, b, res=None, relu=False):
+    y = torch.nn.functional.conv2d(x.double(), w.double(), None if b is None else b.double())
+    if res is not None:
+        y = y + res.double()
+    return torch.relu(y) if relu else y
+
+
+@pytest.mark.parametrize("with_bias", [True, False], ids=["bias", "nobias"])
+@pytest.mark.parametrize("N,C,O,H,W", CONV_SHAPES, ids=[f"N{n}-C{c}-O{o}-{h}x{w}" for n, c, o, h, w in CONV_SHAPES])
+def test_conv2d_1x1_matches_float64(sycl_available, N, C, O, H, W, with_bias):
+    """bf16 1x1 convolutions of channels_last inputs run on AMX (the launch counter moves): conv2d, conv2d_relu
+    and conv2d_relu with a residual, within bf16's tolerance of float64, output channels_last."""
+    on, why = amx_on()
+    if not on:
+        pytest.skip(f"no AMX path on this machine: {why}")
+    x = _cl(torch.randn(N, C, H, W).bfloat16())
+    w = (torch.randn(O, C, 1, 1) * C**-0.5).bfloat16()
+    b = torch.randn(O).bfloat16() if with_bias else None
+    res = _cl(torch.randn(N, O, H, W).bfloat16())
+    with xkernels.use_backend("sycl"), torch.no_grad():
+        before = _launches()
+        y = xkernels.conv2d(x, w, b)
+        y_relu = xkernels.conv2d_relu(x, w, b)
+        y_res = xkernels.conv2d_relu(x, w, b, residual=res)
+        assert _launches() > before, "the AMX GEMM was not launched"
+    assert y.is_contiguous(memory_format=torch.channels_last)
+    assert_close(y, conv_oracle(x, w, b), torch.bfloat16, "conv2d[amx]", terms=C)
+    assert_close(y_relu, conv_oracle(x, w, b, relu=True), torch.bfloat16, "conv2d_relu[amx]", terms=C)
+    assert_close(y_res, conv_oracle(x, w, b, res, relu=True), torch.bfloat16, "conv2d_relu+res[amx]", terms=C + 1)
+
+
+def test_conv2d_1x1_integers_equal_the_fma_kernels(sycl_available):
+    """Small integers: exact in fp32 in any order, so AMX (channels_last) and the FMA kernels (the same input in
+    NCHW, which AMX does not take) agree bit for bit, tail pixels included."""
+    on, why = amx_on()
+    if not on:
+        pytest.skip(f"no AMX path on this machine: {why}")
+    x = torch.randint(-3, 4, (2, 64, 5, 7)).bfloat16()
+    w = torch.randint(-3, 4, (96, 64, 1, 1)).bfloat16()
+    b = torch.randint(-3, 4, (96,)).bfloat16()
+    with xkernels.use_backend("sycl"), torch.no_grad():
+        before = _launches()
+        y_fma = xkernels.conv2d_relu(x, w, b)
+        assert _launches() == before, "an NCHW input must not take the AMX path"
+        y_amx = xkernels.conv2d_relu(_cl(x), w, b)
+        assert _launches() > before
+    assert torch.equal(y_amx.contiguous(), y_fma.contiguous())
+    assert torch.equal(y_amx, conv_oracle(x, w, b, relu=True).bfloat16())
+
+
+def test_conv2d_that_amx_does_not_take(sycl_available):
+    """3x3, stride 2, padding, groups, channel counts off 32, float32: the FMA kernels (no AMX launch)."""
+    x = _cl(torch.randn(1, 64, 8, 8).bfloat16())
+    cases = [
+        (torch.randn(32, 64, 3, 3).bfloat16(), {}),
+        (torch.randn(32, 64, 1, 1).bfloat16(), {"stride": 2}),
+        (torch.randn(32, 64, 1, 1).bfloat16(), {"padding": 1}),
+        (torch.randn(32, 32, 1, 1).bfloat16(), {"groups": 2}),
+        (torch.randn(48, 64, 1, 1).bfloat16(), {}),
+    ]
+    with xkernels.use_backend("sycl"), torch.no_grad():
+        before = _launches()
+        for w, kw in cases:
+            xkernels.conv2d(x, w, None, **kw)
+        xkernels.conv2d(x.float(), torch.randn(32, 64, 1, 1), None)
+        assert _launches() == before
+    assert not _C.sycl.conv2d_amx_for_cpu_tensors(32, 64, 3, 3, (1, 1), (1, 1), 1)
+    assert not _C.sycl.conv2d_amx_for_cpu_tensors(32, 64, 1, 1, (2, 2), (0, 0), 1)
+    assert _C.sycl.conv2d_amx_for_cpu_tensors(32, 64, 1, 1, (1, 1), (0, 0), 1) == amx_on()[0]
+
+
+def test_optimize_bf16_resnet_block_on_amx(sycl_available):
+    """optimize(pack_weights=True) of a bf16 bottleneck: its 1x1 convolutions run on AMX unpacked (the modules keep
+    no packed copy of those weights), the 3x3 one packed on the FMA kernels; the output within bf16's tolerance."""
+    on, why = amx_on()
+    if not on:
+        pytest.skip(f"no AMX path on this machine: {why}")
+    torch.manual_seed(0)
+    block = (
+        torch.nn.Sequential(
+            torch.nn.Conv2d(64, 32, 1),
+            torch.nn.ReLU(),
+            torch.nn.Conv2d(32, 32, 3, padding=1),
+            torch.nn.ReLU(),
+            torch.nn.Conv2d(32, 64, 1),
+        )
+        .eval()
+        .bfloat16()
+    )
+    x = torch.randn(2, 64, 7, 7).bfloat16()
+    with torch.no_grad():
+        ref = block.double()(x.double())
+        block = block.bfloat16()
+        opt = xkernels.optimize(block, pack_weights=True)
+        with xkernels.use_backend("sycl"):
+            before = _launches()
+            y = opt(x)
+            assert _launches() >= before + 2
+    convs = [m for m in opt.modules() if isinstance(m, xkernels.nn.Conv2d)]
+    packed = {tuple(m.weight.shape[2:]): "_packed_cache" in m.__dict__ for m in convs}
+    assert packed == {(1, 1): False, (3, 3): True}, packed
+    assert_close(y, ref, torch.bfloat16, "bf16 bottleneck", terms=64 * 9)

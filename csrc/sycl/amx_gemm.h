@@ -1,0 +1,81 @@
+// Host side of the bf16 AMX GEMM (kernels/amx_gemm.hpp), shared by fused_linear_relu.cpp and conv2d.cpp: the row
+// packing of the B operand and the GEMM launch. Only called where DeviceTraits::amx_bf16 (the callers check).
+#pragma once
+#include <ATen/ATen.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstdint>
+
+#include "sycl/host_alloc.h"
+#include "sycl/launch.h"
+#include "xkernels/checks.h"
+#include "xkernels/shapes.h"
+
+namespace xkernels::sycl_backend {
+
+// GEMM launches so far (xkernels._C.sycl.amx_gemm_launches(): the tests' proof that a call took this path).
+inline std::atomic<int64_t>& amx_gemm_launch_count() {
+  static std::atomic<int64_t> n{0};
+  return n;
+}
+
+// Packed B rows per chunk of the GEMM's B blocks: half of a 2 MiB L2, beside the A slice that passes over them.
+inline constexpr int64_t kAmxChunkBytes = int64_t{1} << 20;
+
+// x [rows, K] as amx_pack_rows needs it: unit stride along k, 4-byte aligned rows (the packing kernel moves bf16
+// pairs as 32-bit words), else a contiguous copy. The caller keeps the result alive until the packing is done.
+inline at::Tensor amx_packable_rows(const at::Tensor& x) {
+  const bool aligned = reinterpret_cast<uintptr_t>(x.const_data_ptr()) % 4 == 0 && x.stride(0) % 2 == 0;
+  return aligned && x.stride(1) == 1 ? x : x.clone(at::MemoryFormat::Contiguous);
+}
+
+// x [rows, K] (from amx_packable_rows, K % 32 == 0) -> [ceil(rows / 16) * 16, K] in the B operand's layout (rows
+// past the end zero). Queued on L's queue; the caller keeps x and the result alive until the GEMM that reads it
+// is done.
+inline at::Tensor amx_pack_rows(Launcher& L, const at::Tensor& x) {
+  using T = xk::bf16;
+  TORCH_INTERNAL_ASSERT(x.stride(1) == 1 && x.stride(0) % 2 == 0 &&
+                        reinterpret_cast<uintptr_t>(x.const_data_ptr()) % 4 == 0);
+  const int64_t rows = x.size(0), K = x.size(1);
+  const int64_t blocks = ceil_div(rows, int64_t{16});
+  at::Tensor xp = empty({blocks * 16, K}, x.options());
+  const int64_t pair_chunks = ceil_div(K / 2, xk::kAmxPackPairsPerGroup);
+  L.launch<xk::amx_pack_rows, T>(
+      sycl::nd_range<1>(sycl::range<1>(blocks * pair_chunks * 16), sycl::range<1>(16)),
+      {.X = cptr<T>(x), .ldx = x.stride(0), .Xp = mptr<T>(xp), .rows = rows, .K = K, .pair_chunks = pair_chunks});
+  return xp;
+}
+
+// D[a, b] = sum_k A[a, k] Bp[b, k] with the epilogue (bias[channel], res, ReLU) into out: TRANS_OUT
+// out[b * ldo + a] (channel = a), else out[a * ldo + b] (channel = b). A [a_rows, K] with unit stride along k,
+// readable up to a multiple of 16 * TN rows; Bp from amx_pack_rows of b_rows rows; res laid out as out, or undefined.
+template <bool TRANS_OUT, int TN, int TM>
+void amx_gemm(Launcher& L, const at::Tensor& A, const at::Tensor& Bp, int64_t b_rows, const at::Tensor& bias,
+              const at::Tensor& res, bool relu, at::Tensor& out, int64_t ldo, int64_t out_offset = 0,
+              int64_t res_offset = 0) {
+  using T = xk::bf16;
+  const int64_t a_rows = A.size(0), K = A.size(1);
+  TORCH_INTERNAL_ASSERT(A.stride(1) == 1 && K % xk::AmxTile::kTileK == 0 && Bp.size(1) == K);
+  const int64_t b_groups = ceil_div(b_rows, int64_t{16} * TM);
+  const int64_t groups = b_groups * ceil_div(a_rows, int64_t{16} * TN);
+  // B blocks per chunk: their packed rows (16*TM rows x K bf16) within kAmxChunkBytes.
+  const int64_t b_chunk = std::clamp<int64_t>(kAmxChunkBytes / (16 * TM * K * 2), 1, b_groups);
+  amx_gemm_launch_count().fetch_add(1, std::memory_order_relaxed);
+  L.launch<xk::amx_gemm<TRANS_OUT, TN, TM>, T>(sycl::nd_range<1>(sycl::range<1>(groups * 16), sycl::range<1>(16)),
+                                               {.A = cptr<T>(A),
+                                                .lda = A.stride(0),
+                                                .Bp = cptr<T>(Bp),
+                                                .bias = cptr_or_null<T>(bias),
+                                                .res = res.defined() ? cptr<T>(res) + res_offset : nullptr,
+                                                .out = mptr<T>(out) + out_offset,
+                                                .ldo = ldo,
+                                                .a_rows = a_rows,
+                                                .b_rows = b_rows,
+                                                .K = K,
+                                                .b_groups = b_groups,
+                                                .b_chunk = b_chunk,
+                                                .relu = relu ? 1 : 0});
+}
+
+}  // namespace xkernels::sycl_backend
