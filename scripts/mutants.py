@@ -472,6 +472,22 @@ MUTANTS: list[Mutant] = [
         "SYCL bf16 GEMM on AMX: the second 16-row tile reads the first's activations (killed only on a CPU with AMX)",
     ),
     M(
+        "sycl-amx-window-tap-column",
+        "csrc/sycl/kernels/amx_gemm.hpp",
+        "(t / p.tap_cols) * p.row_shift + (t % p.tap_cols) * p.col_shift",
+        "(t / p.tap_cols) * p.row_shift + (t / p.tap_cols) * p.col_shift",
+        "tests/test_amx.py",
+        "SYCL bf16 convolution window on AMX: a tap's column shift taken from its row (killed only on a CPU with AMX)",
+    ),
+    M(
+        "sycl-amx-window-dilation",
+        "csrc/sycl/conv2d.cpp",
+        "win.row_shift = p.dilation[0] * Wp, win.col_shift = p.dilation[1];",
+        "win.row_shift = p.dilation[0] * Wp, win.col_shift = 1;",
+        "tests/test_amx.py",
+        "SYCL bf16 convolution window on AMX: the column dilation ignored (killed only on a CPU with AMX)",
+    ),
+    M(
         "sycl-linear-dot-k-tail",
         "csrc/sycl/kernels/fused_linear_relu.hpp",
         "const bool ok = k_full + lane < K;",

@@ -582,14 +582,18 @@ void launch_reduce(Launcher& L, const at::Tensor& part, at::Tensor& dst, int64_t
 
 // conv2d, or with residual / relu the conv2d_relu epilogue (the residual made dense in the output's layout);
 // with `prepacked` (conv2d_packed) the weight operand is that tensor.
-// ---- bfloat16 1x1 convolutions on AMX (kernels/amx_gemm.hpp): a 1x1, stride-1, unpadded, one-group convolution
-// of a channels_last input is the GEMM out[pixel, o] = sum_c x[pixel, c] w[o, c] on NHWC memory. The input is the
-// matrix unit's A operand as stored; the weight (small beside the activations) is packed per call. Channel counts
-// multiples of 32 (no edge tiles). The shape part of the rule, for the module layer (nothing to pre-pack):
+// ---- bfloat16 convolutions on AMX (kernels/amx_gemm.hpp), stride 1, one group, channels_last input, channel
+// counts multiples of 32 (no edge tiles):
+//   * 1x1 unpadded: out[pixel, o] = sum_c x[pixel, c] w[o, c] on NHWC memory, the input the matrix unit's A
+//     operand as stored, the weight (small beside the activations) packed per call;
+//   * windows of up to 3x3 taps, any padding and dilation: the input copied once into a zero-padded NHWC buffer,
+//     each tap a GEMM on that buffer shifted by a whole number of rows (AmxWindow), summed in the same
+//     accumulators; the outputs of the padding's rows and columns are computed and dropped.
+// The shape part of the rule, for the module layer too (nothing to pre-pack):
 bool amx_conv2d_shape_fits(int64_t O, int64_t C, int64_t KH, int64_t KW, std::array<int64_t, 2> stride,
                            std::array<int64_t, 2> padding, int64_t groups) {
-  return KH == 1 && KW == 1 && stride[0] == 1 && stride[1] == 1 && padding[0] == 0 && padding[1] == 0 && groups == 1 &&
-         C % xk::AmxTile::kTileK == 0 && O % 32 == 0;
+  return stride[0] == 1 && stride[1] == 1 && groups == 1 && C % xk::AmxTile::kTileK == 0 && O % 32 == 0 &&
+         KH * KW <= xk::kAmxMaxTaps && (KH * KW > 1 || (padding[0] == 0 && padding[1] == 0));
 }
 
 bool amx_conv2d_applies(const Launcher& L, const at::Tensor& x, const at::Tensor& weight, const Conv2dProblem& p,
@@ -603,21 +607,43 @@ bool amx_conv2d_applies(const Launcher& L, const at::Tensor& x, const at::Tensor
 void amx_conv2d(Launcher& L, const Conv2dProblem& p, const at::Tensor& x, const at::Tensor& weight,
                 const at::Tensor& bias, const at::Tensor& residual, bool relu, at::Tensor& out) {
   constexpr int TN = 2, TM = 2;
-  const int64_t P = p.N * p.H * p.W, C = p.C, O = p.O;
-  const at::Tensor A = x.permute({0, 2, 3, 1}).reshape({P, C});  // NHWC memory: a view
-  const at::Tensor wr = amx_packable_rows(weight.reshape({O, C}));
-  const at::Tensor wp = amx_pack_rows(L, wr);
-  // Whole blocks of 16*TN pixels straight from the input; the last few from a zero-padded copy (the kernel reads
-  // A up to a whole block).
-  const int64_t main = P / (16 * TN) * (16 * TN);
-  if (main > 0) amx_gemm<false, TN, TM>(L, A.narrow(0, 0, main), wp, O, bias, residual, relu, out, O);
-  at::Tensor tail;
-  if (P > main) {
-    tail = at::zeros({16 * TN, C}, x.options());
-    tail.narrow(0, 0, P - main).copy_(A.narrow(0, main, P - main));
-    amx_gemm<false, TN, TM>(L, tail.narrow(0, 0, P - main), wp, O, bias, residual, relu, out, O, main * O, main * O);
+  const int64_t C = p.C, O = p.O;
+  if (p.KH * p.KW == 1) {
+    const int64_t P = p.N * p.H * p.W;
+    const at::Tensor A = x.permute({0, 2, 3, 1}).reshape({P, C});  // NHWC memory: a view
+    const at::Tensor wr = amx_packable_rows(weight.reshape({O, C}));
+    const at::Tensor wp = amx_pack_rows(L, wr);
+    // Whole blocks of 16*TN pixels straight from the input; the last few from a zero-padded copy (the kernel
+    // reads A up to a whole block).
+    const int64_t main = P / (16 * TN) * (16 * TN);
+    if (main > 0) amx_gemm<false, TN, TM>(L, A.narrow(0, 0, main), wp, O, bias, residual, relu, out, O);
+    at::Tensor tail;
+    if (P > main) {
+      tail = at::zeros({16 * TN, C}, x.options());
+      tail.narrow(0, 0, P - main).copy_(A.narrow(0, main, P - main));
+      amx_gemm<false, TN, TM>(L, tail.narrow(0, 0, P - main), wp, O, bias, residual, relu, out, O, main * O, main * O);
+    }
+    L.finish(out);  // wr, wp and tail die here
+    return;
   }
-  L.finish(out);  // wr, wp and tail die here
+  const int64_t Hp = p.H + 2 * p.padding[0], Wp = p.W + 2 * p.padding[1];
+  AmxWindow win;
+  win.taps = static_cast<int32_t>(p.KH * p.KW), win.tap_cols = static_cast<int32_t>(p.KW);
+  win.row_shift = p.dilation[0] * Wp, win.col_shift = p.dilation[1];  // tap (kh, kw): kh * row + kw * col
+  win.img = Hp * Wp, win.wp = Wp, win.oh = p.OH, win.ow = p.OW;
+  const int64_t flat = p.N * win.img;
+  // The padded input, with slack rows: the kernel reads up to a whole block of 16*TN rows plus the largest shift.
+  at::Tensor xpad = at::zeros({ceil_div(flat, 16 * TN) * (16 * TN) + win.max_shift(), C}, x.options());
+  xpad.narrow(0, 0, flat)
+      .view({p.N, Hp, Wp, C})
+      .narrow(1, p.padding[0], p.H)
+      .narrow(2, p.padding[1], p.W)
+      .copy_(x.permute({0, 2, 3, 1}));
+  // The weight as [O, KH * KW * C]: k = tap * C + c, the order of the taps' shifts.
+  const at::Tensor wt = weight.permute({0, 2, 3, 1}).contiguous().view({O, p.KH * p.KW * C});
+  const at::Tensor wp = amx_pack_rows(L, wt);
+  amx_gemm<false, TN, TM, true>(L, xpad.narrow(0, 0, flat), wp, O, bias, residual, relu, out, O, 0, 0, win);
+  L.finish(out);  // xpad, wt and wp die here
 }
 
 at::Tensor forward(Launcher L, const at::Tensor& input, const at::Tensor& weight, const at::Tensor& bias,

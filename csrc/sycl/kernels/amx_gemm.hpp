@@ -16,7 +16,12 @@
 //   * fused_linear_relu (TRANS_OUT): A = the weight W [N, K] as torch stores it (no packing on any call), B = the
 //     activations X [M, K], packed per call (small beside the weight in a forward pass); out[m, n] = D[n, m];
 //   * conv2d 1x1, stride 1, channels_last: A = the input as [pixels, C] (NHWC memory), B = the weight [O, C],
-//     packed per call (small beside the activations); out[pixel, o] = D[pixel, o], NHWC.
+//     packed per call (small beside the activations); out[pixel, o] = D[pixel, o], NHWC;
+//   * conv2d with a window of up to 3x3 taps, stride 1: A = the input zero-padded into [N, Hp, Wp, C] and read
+//     flat, B = the weight as [O, KH * KW * C]; tap (kh, kw) of output pixel (y, x) is padded pixel
+//     (y + kh*dh, x + kw*dw), i.e. the flat row of (y, x) in the padded image shifted by kh*dh*Wp + kw*dw, the
+//     same for every pixel: each tap is a GEMM on a shifted A, summed in the same accumulators. Rows for the
+//     padding's columns and rows are computed and not stored.
 // Epilogue, the FMA kernels': + bias[channel] in fp32, + residual (conv2d_relu), ReLU keeping NaN, one rounding.
 // Requirements the host checks: K % 32 == 0; A readable up to a multiple of 16*TN rows (so the host runs a
 // tail of fewer rows from a zero-padded copy); B's rows past b_rows are packed as zeros; A row-contiguous.
@@ -43,6 +48,8 @@ struct AmxTile {
 };
 // k pairs per work-item loop of the packing kernel.
 inline constexpr int64_t kAmxPackPairsPerGroup = 64;
+// Taps of a convolution window the GEMM sums over (3x3 and smaller).
+inline constexpr int kAmxMaxTaps = 9;
 
 template <typename T>
 struct amx_gemm_params {
@@ -57,8 +64,20 @@ struct amx_gemm_params {
   int64_t b_groups;           // ceil(b_rows / (16 * TM)) B blocks
   int64_t b_chunk;            // B blocks per chunk (above)
   int32_t relu;
+  // Convolution windows (conv2d, stride 1): K = taps * tap_k, and the k of tap t read A shift(t) rows further on:
+  // A is the zero-padded input [N * Hp * Wp (+ slack), C] and a is the flat padded pixel of the window's corner.
+  // Read by WINDOW kernels only. (A shift table indexed by t made the compiler keep the accumulators in memory
+  // instead of tile registers: 30x slower.)
+  int32_t taps, tap_cols;  // taps = KH * KW, tap_cols = KW
+  int64_t tap_k;
+  int64_t row_shift, col_shift;  // shift of tap t: (t / KW) * row_shift + (t % KW) * col_shift
+  // Where row a goes (!TRANS_OUT): img = 0: out row a; else a = n * img + y * wp + x, out row (n * oh + y) * ow + x
+  // where y < oh and x < ow (the other a are the padding's columns and rows: computed, not stored).
+  int64_t img, wp, oh, ow;
 };
-template <bool TRANS_OUT, int TN, int TM>
+// WINDOW: K runs over the taps of a convolution window (the params' taps, shifts); else one plain GEMM. (One loop
+// for both kept the accumulators in memory instead of tile registers in the plain GEMM: 2-3x slower.)
+template <bool TRANS_OUT, int TN, int TM, bool WINDOW = false>
 struct amx_gemm {
   static constexpr int dims = 1;
   static constexpr int sub_group = AmxTile::kSubGroup;
@@ -95,9 +114,9 @@ struct amx_pack_rows {
 
 // ------------------------------------------------------------------ bodies
 // Launch: nd_range<1>, local 16, global 16 * b_groups * ceil(a_rows / (16 * TN)).
-template <bool TRANS_OUT, int TN, int TM>
+template <bool TRANS_OUT, int TN, int TM, bool WINDOW>
 template <typename T>
-void amx_gemm<TRANS_OUT, TN, TM>::run(item_arg<1> ia, const params<T>& p, local_t<T>& scratch) {
+void amx_gemm<TRANS_OUT, TN, TM, WINDOW>::run(item_arg<1> ia, const params<T>& p, local_t<T>& scratch) {
 #ifdef XK_RTC
   namespace jm = sycl::ext::oneapi::experimental::matrix;
   using bfx = sycl::ext::oneapi::bfloat16;
@@ -119,16 +138,23 @@ void amx_gemm<TRANS_OUT, TN, TM>::run(item_arg<1> ia, const params<T>& p, local_
   jm::joint_matrix<sycl::sub_group, float, jm::use::accumulator, 16, 16> c[TN][TM];
   XK_UNROLL for (int i = 0; i < TN; ++i) XK_UNROLL for (int j = 0; j < TM; ++j)
       jm::joint_matrix_fill(sg, c[i][j], 0.0f);
-  for (int64_t k0 = 0; k0 < K; k0 += AmxTile::kTileK) {
+  auto step = [&](const bfx* a_at, int64_t k0) {  // one 32-k step: A tiles at a_at (row a0, this step's k)
     jm::joint_matrix<sycl::sub_group, bfx, jm::use::a, 16, 32, jm::layout::row_major> a[TN];
     jm::joint_matrix<sycl::sub_group, bfx, jm::use::b, 32, 16, jm::layout::ext_intel_packed> b[TM];
-    XK_UNROLL for (int i = 0; i < TN; ++i)
-        jm::joint_matrix_load(sg, a[i], global(a_ptr + (a0 + 16 * i) * p.lda + k0), p.lda);
+    XK_UNROLL for (int i = 0; i < TN; ++i) jm::joint_matrix_load(sg, a[i], global(a_at + 16 * i * p.lda), p.lda);
     // B tile j: row block b0/16 + j, k pairs k0/2 .. k0/2 + 15: 16 x 32 contiguous elements.
     XK_UNROLL for (int j = 0; j < TM; ++j)
         jm::joint_matrix_load(sg, b[j], global(b_ptr + ((b0 / 16 + j) * (K / 2) + k0 / 2) * 32), 32);
     XK_UNROLL for (int i = 0; i < TN; ++i) XK_UNROLL for (int j = 0; j < TM; ++j)
         jm::joint_matrix_mad(sg, c[i][j], a[i], b[j], c[i][j]);
+  };
+  if constexpr (WINDOW) {
+    for (int32_t t = 0; t < p.taps; ++t) {  // the window's taps
+      const bfx* a_tap = a_ptr + (a0 + (t / p.tap_cols) * p.row_shift + (t % p.tap_cols) * p.col_shift) * p.lda;
+      for (int64_t c0 = 0; c0 < p.tap_k; c0 += AmxTile::kTileK) step(a_tap + c0, t * p.tap_k + c0);
+    }
+  } else {
+    for (int64_t k0 = 0; k0 < K; k0 += AmxTile::kTileK) step(a_ptr + a0 * p.lda + k0, k0);
   }
   // Epilogue: the tiles go to local memory row-major (a column-major store measured 3-4x slower for the whole
   // kernel at K = 768), then each lane writes one channel of a contiguous output row segment.
@@ -155,9 +181,15 @@ void amx_gemm<TRANS_OUT, TN, TM>::run(item_arg<1> ia, const params<T>& p, local_
     }
   } else {  // out[a][b]: lane l takes B row 16 j + l (a channel) of every valid A row
     for (int64_t r = 0; r < a_valid; ++r) {
+      int64_t row = a0 + r;
+      if (p.img) {  // a padded pixel: stored where it is an output pixel
+        const int64_t n = row / p.img, y = (row % p.img) / p.wp, x = row % p.wp;
+        if (y >= p.oh || x >= p.ow) continue;
+        row = (n * p.oh + y) * p.ow + x;
+      }
       XK_UNROLL for (int j = 0; j < TM; ++j) {
         const int64_t b = b0 + 16 * j + l;
-        if (16 * j + l < b_valid) finish(scratch.c[r][16 * j + l], b, (a0 + r) * p.ldo + b);
+        if (16 * j + l < b_valid) finish(scratch.c[r][16 * j + l], b, row * p.ldo + b);
       }
     }
   }
@@ -193,6 +225,7 @@ void amx_pack_rows::run(item_arg<1> ia, const params<T>& p) {
 }
 
 // ------------------------------------------------------------------ the table
-using amx_gemm_kernels = kernel_list<amx_gemm<true, 2, 2>, amx_gemm<true, 2, 1>, amx_gemm<false, 2, 2>, amx_pack_rows>;
+using amx_gemm_kernels = kernel_list<amx_gemm<true, 2, 2>, amx_gemm<true, 2, 1>, amx_gemm<false, 2, 2>,
+                                     amx_gemm<false, 2, 2, true>, amx_pack_rows>;
 
 }  // namespace xk
