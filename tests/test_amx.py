@@ -292,15 +292,15 @@ def test_conv2d_1x1_integers_equal_the_fma_kernels(sycl_available):
     assert torch.equal(y_amx, conv_oracle(x, w, b, relu=True).bfloat16())
 
 
-# (N, C, O, H, W, kernel, padding, dilation): 3x3 with ResNet's padding and without, dilated, 1x3, 2x2 with
-# asymmetric padding, tiny images whose padded pixels outnumber the real ones.
+# (N, C, O, H, W, kernel, padding, dilation): 3x3 with ResNet's padding and without, dilated, asymmetric padding
+# and dilation, tiny images whose padded pixels outnumber the real ones.
 WINDOWS = [
     (1, 32, 32, 7, 7, (3, 3), (1, 1), (1, 1)),
     (2, 64, 32, 5, 6, (3, 3), (1, 1), (1, 1)),
     (1, 32, 64, 8, 8, (3, 3), (0, 0), (1, 1)),
     (1, 32, 32, 9, 9, (3, 3), (2, 2), (2, 2)),
-    (2, 32, 32, 4, 9, (1, 3), (0, 1), (1, 1)),
-    (1, 64, 32, 6, 5, (2, 2), (1, 0), (1, 1)),
+    (2, 32, 32, 4, 9, (3, 3), (0, 1), (1, 1)),
+    (1, 64, 32, 6, 5, (3, 3), (1, 0), (1, 2)),
     (1, 32, 32, 2, 3, (3, 3), (1, 1), (1, 1)),
 ]
 
@@ -309,7 +309,7 @@ WINDOWS = [
     "case", WINDOWS, ids=[f"{c[5][0]}x{c[5][1]}-p{c[6][0]}{c[6][1]}-d{c[7][0]}-{c[3]}x{c[4]}" for c in WINDOWS]
 )
 def test_conv2d_windows_match_float64(sycl_available, case):
-    """Windows of up to 3x3 taps, stride 1: each tap a GEMM on the zero-padded input shifted by whole rows. Against
+    """3x3 windows, stride 1: each tap a GEMM on the zero-padded input shifted by whole rows. Against
     float64 with bias, ReLU and a residual, and bit for bit against the FMA kernels on small integers."""
     on, why = amx_on()
     if not on:
@@ -337,10 +337,12 @@ def test_conv2d_windows_match_float64(sycl_available, case):
 
 
 def test_conv2d_that_amx_does_not_take(sycl_available):
-    """5x5 (25 taps), stride 2, 1x1 with padding, groups, channel counts off 32, float32: the FMA kernels."""
+    """5x5, 1x3, 2x2, stride 2, 1x1 with padding, groups, channel counts off 32, float32: the FMA kernels."""
     x = _cl(torch.randn(1, 64, 8, 8).bfloat16())
     cases = [
         (torch.randn(32, 64, 5, 5).bfloat16(), {}),
+        (torch.randn(32, 64, 1, 3).bfloat16(), {"padding": (0, 1)}),
+        (torch.randn(32, 64, 2, 2).bfloat16(), {}),
         (torch.randn(32, 64, 3, 3).bfloat16(), {"stride": 2}),
         (torch.randn(32, 64, 1, 1).bfloat16(), {"stride": 2}),
         (torch.randn(32, 64, 1, 1).bfloat16(), {"padding": 1}),

@@ -52,10 +52,10 @@ inline at::Tensor amx_pack_rows(Launcher& L, const at::Tensor& x) {
 // readable up to a multiple of 16 * TN rows; Bp from amx_pack_rows of b_rows rows; res laid out as out, or undefined.
 // A convolution window (conv2d, stride 1) over a zero-padded NHWC input: see amx_gemm_params in the kernel file.
 struct AmxWindow {
-  int32_t taps = 1, tap_cols = 1;
+  int32_t taps = 1;  // 9 (3x3) with WINDOW, else 1
   int64_t row_shift = 0, col_shift = 0;
   int64_t img = 0, wp = 0, oh = 0, ow = 0;
-  int64_t max_shift() const { return (taps / tap_cols - 1) * row_shift + (tap_cols - 1) * col_shift; }
+  int64_t max_shift() const { return taps == 9 ? 2 * row_shift + 2 * col_shift : 0; }
 };
 
 // With a window: A is the padded input's first a_rows flat pixels, readable a further max shift + 16 * TN rows.
@@ -70,7 +70,7 @@ void amx_gemm(Launcher& L, const at::Tensor& A, const at::Tensor& Bp, int64_t b_
   const int64_t groups = b_groups * ceil_div(a_rows, int64_t{16} * TN);
   // B blocks per chunk: their packed rows (16*TM rows x K bf16) within kAmxChunkBytes.
   const int64_t b_chunk = std::clamp<int64_t>(kAmxChunkBytes / (16 * TM * K * 2), 1, b_groups);
-  TORCH_INTERNAL_ASSERT(WINDOW || win.taps == 1);
+  TORCH_INTERNAL_ASSERT(WINDOW ? win.taps == 9 : win.taps == 1);
   amx_gemm_launch_count().fetch_add(1, std::memory_order_relaxed);
   L.launch<xk::amx_gemm<TRANS_OUT, TN, TM, WINDOW>, T>(
       sycl::nd_range<1>(sycl::range<1>(groups * 16), sycl::range<1>(16)),
@@ -87,8 +87,6 @@ void amx_gemm(Launcher& L, const at::Tensor& A, const at::Tensor& Bp, int64_t b_
        .b_groups = b_groups,
        .b_chunk = b_chunk,
        .relu = relu ? 1 : 0,
-       .taps = win.taps,
-       .tap_cols = win.tap_cols,
        .tap_k = tap_k,
        .row_shift = win.row_shift,
        .col_shift = win.col_shift,

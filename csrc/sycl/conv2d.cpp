@@ -586,14 +586,14 @@ void launch_reduce(Launcher& L, const at::Tensor& part, at::Tensor& dst, int64_t
 // counts multiples of 32 (no edge tiles):
 //   * 1x1 unpadded: out[pixel, o] = sum_c x[pixel, c] w[o, c] on NHWC memory, the input the matrix unit's A
 //     operand as stored, the weight (small beside the activations) packed per call;
-//   * windows of up to 3x3 taps, any padding and dilation: the input copied once into a zero-padded NHWC buffer,
+//   * 3x3 windows, any padding and dilation: the input copied once into a zero-padded NHWC buffer,
 //     each tap a GEMM on that buffer shifted by a whole number of rows (AmxWindow), summed in the same
 //     accumulators; the outputs of the padding's rows and columns are computed and dropped.
 // The shape part of the rule, for the module layer too (nothing to pre-pack):
 bool amx_conv2d_shape_fits(int64_t O, int64_t C, int64_t KH, int64_t KW, std::array<int64_t, 2> stride,
                            std::array<int64_t, 2> padding, int64_t groups) {
   return stride[0] == 1 && stride[1] == 1 && groups == 1 && C % xk::AmxTile::kTileK == 0 && O % 32 == 0 &&
-         KH * KW <= xk::kAmxMaxTaps && (KH * KW > 1 || (padding[0] == 0 && padding[1] == 0));
+         ((KH == 3 && KW == 3) || (KH == 1 && KW == 1 && padding[0] == 0 && padding[1] == 0));
 }
 
 bool amx_conv2d_applies(const Launcher& L, const at::Tensor& x, const at::Tensor& weight, const Conv2dProblem& p,
@@ -628,7 +628,7 @@ void amx_conv2d(Launcher& L, const Conv2dProblem& p, const at::Tensor& x, const 
   }
   const int64_t Hp = p.H + 2 * p.padding[0], Wp = p.W + 2 * p.padding[1];
   AmxWindow win;
-  win.taps = static_cast<int32_t>(p.KH * p.KW), win.tap_cols = static_cast<int32_t>(p.KW);
+  win.taps = 9;
   win.row_shift = p.dilation[0] * Wp, win.col_shift = p.dilation[1];  // tap (kh, kw): kh * row + kw * col
   win.img = Hp * Wp, win.wp = Wp, win.oh = p.OH, win.ow = p.OW;
   const int64_t flat = p.N * win.img;

@@ -17,7 +17,7 @@
 //     activations X [M, K], packed per call (small beside the weight in a forward pass); out[m, n] = D[n, m];
 //   * conv2d 1x1, stride 1, channels_last: A = the input as [pixels, C] (NHWC memory), B = the weight [O, C],
 //     packed per call (small beside the activations); out[pixel, o] = D[pixel, o], NHWC;
-//   * conv2d with a window of up to 3x3 taps, stride 1: A = the input zero-padded into [N, Hp, Wp, C] and read
+//   * conv2d with a 3x3 window, stride 1: A = the input zero-padded into [N, Hp, Wp, C] and read
 //     flat, B = the weight as [O, KH * KW * C]; tap (kh, kw) of output pixel (y, x) is padded pixel
 //     (y + kh*dh, x + kw*dw), i.e. the flat row of (y, x) in the padded image shifted by kh*dh*Wp + kw*dw, the
 //     same for every pixel: each tap is a GEMM on a shifted A, summed in the same accumulators. Rows for the
@@ -48,8 +48,6 @@ struct AmxTile {
 };
 // k pairs per work-item loop of the packing kernel.
 inline constexpr int64_t kAmxPackPairsPerGroup = 64;
-// Taps of a convolution window the GEMM sums over (3x3 and smaller).
-inline constexpr int kAmxMaxTaps = 9;
 
 template <typename T>
 struct amx_gemm_params {
@@ -68,14 +66,13 @@ struct amx_gemm_params {
   // A is the zero-padded input [N * Hp * Wp (+ slack), C] and a is the flat padded pixel of the window's corner.
   // Read by WINDOW kernels only. (A shift table indexed by t made the compiler keep the accumulators in memory
   // instead of tile registers: 30x slower.)
-  int32_t taps, tap_cols;  // taps = KH * KW, tap_cols = KW
-  int64_t tap_k;
-  int64_t row_shift, col_shift;  // shift of tap t: (t / KW) * row_shift + (t % KW) * col_shift
+  int64_t tap_k;                 // K per tap (the input's channels)
+  int64_t row_shift, col_shift;  // shift of tap t = (kh, kw) of the 3x3 window: kh * row_shift + kw * col_shift
   // Where row a goes (!TRANS_OUT): img = 0: out row a; else a = n * img + y * wp + x, out row (n * oh + y) * ow + x
   // where y < oh and x < ow (the other a are the padding's columns and rows: computed, not stored).
   int64_t img, wp, oh, ow;
 };
-// WINDOW: K runs over the taps of a convolution window (the params' taps, shifts); else one plain GEMM. (One loop
+// WINDOW: K runs over the 9 taps of a 3x3 convolution window (the params' shifts); else one plain GEMM. (One loop
 // for both kept the accumulators in memory instead of tile registers in the plain GEMM: 2-3x slower.)
 template <bool TRANS_OUT, int TN, int TM, bool WINDOW = false>
 struct amx_gemm {
@@ -149,8 +146,10 @@ void amx_gemm<TRANS_OUT, TN, TM, WINDOW>::run(item_arg<1> ia, const params<T>& p
         jm::joint_matrix_mad(sg, c[i][j], a[i], b[j], c[i][j]);
   };
   if constexpr (WINDOW) {
-    for (int32_t t = 0; t < p.taps; ++t) {  // the window's taps
-      const bfx* a_tap = a_ptr + (a0 + (t / p.tap_cols) * p.row_shift + (t % p.tap_cols) * p.col_shift) * p.lda;
+    // The 3x3 taps unrolled: nine plain k loops one after the other (a tap loop with a run-time count kept the
+    // accumulators in memory: tileloadd / tdpbf16ps / tilestored per step).
+    XK_UNROLL for (int t = 0; t < 9; ++t) {
+      const bfx* a_tap = a_ptr + (a0 + (t / 3) * p.row_shift + (t % 3) * p.col_shift) * p.lda;
       for (int64_t c0 = 0; c0 < p.tap_k; c0 += AmxTile::kTileK) step(a_tap + c0, t * p.tap_k + c0);
     }
   } else {
