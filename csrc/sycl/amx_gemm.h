@@ -47,30 +47,29 @@ inline at::Tensor amx_pack_rows(Launcher& L, const at::Tensor& x) {
   return xp;
 }
 
+// A 3x3 convolution window (conv2d, stride 1) over a zero-padded NHWC input: see amx_gemm_params in the kernel file.
+struct AmxWindow {
+  int64_t row_shift = 0, col_shift = 0;
+  int64_t img = 0, wp = 0, oh = 0, ow = 0;
+  int64_t max_shift() const { return 2 * row_shift + 2 * col_shift; }  // tap (2, 2)
+};
+
 // D[a, b] = sum_k A[a, k] Bp[b, k] with the epilogue (bias[channel], res, ReLU) into out: TRANS_OUT
 // out[b * ldo + a] (channel = a), else out[a * ldo + b] (channel = b). A [a_rows, K] with unit stride along k,
 // readable up to a multiple of 16 * TN rows; Bp from amx_pack_rows of b_rows rows; res laid out as out, or undefined.
-// A convolution window (conv2d, stride 1) over a zero-padded NHWC input: see amx_gemm_params in the kernel file.
-struct AmxWindow {
-  int32_t taps = 1;  // 9 (3x3) with WINDOW, else 1
-  int64_t row_shift = 0, col_shift = 0;
-  int64_t img = 0, wp = 0, oh = 0, ow = 0;
-  int64_t max_shift() const { return taps == 9 ? 2 * row_shift + 2 * col_shift : 0; }
-};
-
-// With a window: A is the padded input's first a_rows flat pixels, readable a further max shift + 16 * TN rows.
+// WINDOW: k runs over the nine taps of `win` (K = 9 * A's columns); A is the padded input's first a_rows flat
+// pixels, readable a further win.max_shift() + 16 * TN rows.
 template <bool TRANS_OUT, int TN, int TM, bool WINDOW = false>
 void amx_gemm(Launcher& L, const at::Tensor& A, const at::Tensor& Bp, int64_t b_rows, const at::Tensor& bias,
               const at::Tensor& res, bool relu, at::Tensor& out, int64_t ldo, int64_t out_offset = 0,
               int64_t res_offset = 0, const AmxWindow& win = {}) {
   using T = xk::bf16;
-  const int64_t a_rows = A.size(0), tap_k = A.size(1), K = tap_k * win.taps;
+  const int64_t a_rows = A.size(0), tap_k = A.size(1), K = tap_k * (WINDOW ? 9 : 1);
   TORCH_INTERNAL_ASSERT(A.stride(1) == 1 && tap_k % xk::AmxTile::kTileK == 0 && Bp.size(1) == K);
   const int64_t b_groups = ceil_div(b_rows, int64_t{16} * TM);
   const int64_t groups = b_groups * ceil_div(a_rows, int64_t{16} * TN);
   // B blocks per chunk: their packed rows (16*TM rows x K bf16) within kAmxChunkBytes.
   const int64_t b_chunk = std::clamp<int64_t>(kAmxChunkBytes / (16 * TM * K * 2), 1, b_groups);
-  TORCH_INTERNAL_ASSERT(WINDOW ? win.taps == 9 : win.taps == 1);
   amx_gemm_launch_count().fetch_add(1, std::memory_order_relaxed);
   L.launch<xk::amx_gemm<TRANS_OUT, TN, TM, WINDOW>, T>(
       sycl::nd_range<1>(sycl::range<1>(groups * 16), sycl::range<1>(16)),

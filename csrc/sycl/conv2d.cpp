@@ -22,6 +22,7 @@
 #include "sycl/amx_gemm.h"
 #include "sycl/host_alloc.h"
 #include "sycl/launch.h"
+#include "sycl/runtime_internal.h"
 #include "xkernels/checks.h"
 #include "xkernels/dispatch.h"
 #include "xkernels/ops.h"
@@ -619,7 +620,7 @@ void amx_conv2d(Launcher& L, const Conv2dProblem& p, const at::Tensor& x, const 
     if (main > 0) amx_gemm<false, TN, TM>(L, A.narrow(0, 0, main), wp, O, bias, residual, relu, out, O);
     at::Tensor tail;
     if (P > main) {
-      tail = at::zeros({16 * TN, C}, x.options());
+      tail = empty({16 * TN, C}, x.options()).zero_();
       tail.narrow(0, 0, P - main).copy_(A.narrow(0, main, P - main));
       amx_gemm<false, TN, TM>(L, tail.narrow(0, 0, P - main), wp, O, bias, residual, relu, out, O, main * O, main * O);
     }
@@ -628,12 +629,11 @@ void amx_conv2d(Launcher& L, const Conv2dProblem& p, const at::Tensor& x, const 
   }
   const int64_t Hp = p.H + 2 * p.padding[0], Wp = p.W + 2 * p.padding[1];
   AmxWindow win;
-  win.taps = 9;
   win.row_shift = p.dilation[0] * Wp, win.col_shift = p.dilation[1];  // tap (kh, kw): kh * row + kw * col
   win.img = Hp * Wp, win.wp = Wp, win.oh = p.OH, win.ow = p.OW;
   const int64_t flat = p.N * win.img;
   // The padded input, with slack rows: the kernel reads up to a whole block of 16*TN rows plus the largest shift.
-  at::Tensor xpad = at::zeros({ceil_div(flat, 16 * TN) * (16 * TN) + win.max_shift(), C}, x.options());
+  at::Tensor xpad = empty({ceil_div(flat, 16 * TN) * (16 * TN) + win.max_shift(), C}, x.options()).zero_();
   xpad.narrow(0, 0, flat)
       .view({p.N, Hp, Wp, C})
       .narrow(1, p.padding[0], p.H)
@@ -842,8 +842,8 @@ at::Tensor pack_conv2d_weight(const at::Tensor& weight, int64_t groups) {
 int64_t conv2d_winograd_calls() { return winograd_calls.load(std::memory_order_relaxed); }
 bool conv2d_amx_for_cpu_tensors(int64_t out_channels, int64_t in_channels, int64_t kh, int64_t kw,
                                 std::array<int64_t, 2> stride, std::array<int64_t, 2> padding, int64_t groups) {
-  const Launcher L = Launcher::for_tensor(at::empty({0}, at::kBFloat16));
-  return L.traits().amx_bf16 && amx_conv2d_shape_fits(out_channels, in_channels, kh, kw, stride, padding, groups);
+  return traits_of(cpu_queue()).amx_bf16 &&
+         amx_conv2d_shape_fits(out_channels, in_channels, kh, kw, stride, padding, groups);
 }
 at::Tensor conv2d_packed(const at::Tensor& input, const at::Tensor& packed_weight, const at::Tensor& bias,
                          const at::Tensor& residual, bool relu, const Conv2dProblem& p) {

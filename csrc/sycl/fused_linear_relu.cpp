@@ -25,6 +25,7 @@
 #include "sycl/host_alloc.h"
 #include "sycl/launch.h"
 #include "sycl/runtime_info.h"
+#include "sycl/runtime_internal.h"
 #include "xkernels/checks.h"
 #include "xkernels/dispatch.h"
 #include "xkernels/entry.h"
@@ -56,11 +57,9 @@ struct LinearConfig {
   static constexpr int64_t kRowsPerChunk = 32;
   static constexpr int64_t kMaxChunks = 256;
   static constexpr int64_t kColumnLocal = 16;  // work-items per work-group of the column kernels
-  // bf16 forward on AMX from this many rows (below, the FMA kernels; see amx_applies).
-  static constexpr int64_t kAmxMinRows = 1;
 };
 
-enum class GemmVariant { Cpu, Gpu, Amx };
+enum class GemmVariant { Cpu, Gpu };
 
 // Lane width of the CPU kernels: 16 (one AVX-512 vector of fp32), or 8 on devices with 16 vector registers
 // (simd_lanes, kernel_table.h), whose tiles (PanelTile / DotTile<T, 8>) fit that register file; 16 under acpp.
@@ -275,24 +274,26 @@ void gemm(Launcher& L, GemmVariant variant, const at::Tensor& A, const at::Tenso
 }
 
 // ---- bfloat16 on AMX (kernels/amx_gemm.hpp): out^T = W x X^T on the matrix unit, W as stored.
-// Taken where the device can (DeviceTraits::amx_bf16) and the shape has no edge tiles (K % 32, N % 32) and enough
-// rows to fill a tile reasonably (the 16-row tile computes 16 rows however few there are).
-// XKERNELS_SYCL_GEMM_VARIANT=amx insists (a clear error where it cannot run); cpu / gpu keep the FMA kernels.
-bool amx_applies(const Launcher& L, at::ScalarType dtype, const LinearProblem& p) {
+// Taken where the device can (DeviceTraits::amx_bf16) and the weight has no edge tiles (in_features % 32,
+// out_features % 32); any number of rows (a 16-row tile computes 16 rows however few there are, and still beat the
+// FMA kernels at M = 1 and 8). XKERNELS_SYCL_GEMM_VARIANT=amx insists (a clear error where it cannot run); cpu / gpu
+// keep the FMA kernels.
+bool amx_applies(const DeviceTraits& t, at::ScalarType dtype, int64_t out_features, int64_t in_features) {
   const std::string v = requested_variant();
   if (v == "cpu" || v == "gpu") return false;
-  const bool fits = p.K % xk::AmxTile::kTileK == 0 && p.N % 32 == 0 && p.M >= LinearConfig::kAmxMinRows;
+  const bool fits = in_features % xk::AmxTile::kTileK == 0 && out_features % 32 == 0;
+  const int64_t K = in_features, N = out_features;
   if (v == "amx") {
-    XK_CHECK(L.traits().amx_bf16, kOp, "GEMM variant 'amx' (", kVariantEnv, ") is not available on SYCL device '",
-             L.traits().name, "': ", amx_status().second);
+    XK_CHECK(t.amx_bf16, kOp, "GEMM variant 'amx' (", kVariantEnv, ") is not available on SYCL device '", t.name,
+             "': ", amx_status().second);
     XK_CHECK_VALUE(dtype == at::kBFloat16, kOp, "GEMM variant 'amx' (", kVariantEnv,
                    ") computes bfloat16 only, got input dtype ", c10::toString(dtype));
     XK_CHECK_VALUE(fits, kOp, "GEMM variant 'amx' (", kVariantEnv,
-                   ") needs in_features % 32 == 0 and out_features % 32 == 0, got in_features=", p.K,
-                   ", out_features=", p.N);
+                   ") needs in_features % 32 == 0 and out_features % 32 == 0, got in_features=", K,
+                   ", out_features=", N);
     return true;
   }
-  return dtype == at::kBFloat16 && L.traits().amx_bf16 && fits;
+  return dtype == at::kBFloat16 && t.amx_bf16 && fits;
 }
 
 void amx_forward(Launcher& L, const at::Tensor& x, const at::Tensor& w, const at::Tensor& bias, at::Tensor& out) {
@@ -314,7 +315,7 @@ at::Tensor forward(Launcher L, const at::Tensor& input, const at::Tensor& weight
   const at::Tensor w = weight.contiguous();
   const at::Tensor b = contiguous_if_defined(bias);
   at::Tensor out = empty({p.M, p.N}, x.options());
-  if (amx_applies(L, x.scalar_type(), p)) {
+  if (amx_applies(L.traits(), x.scalar_type(), p.N, p.K)) {
     amx_forward(L, x, w, b, out);
     return out.view(p.out_sizes);
   }
@@ -422,8 +423,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> backward(Launcher L, const at::Te
 int64_t linear_dot_max_rows() { return LinearConfig::kDotMaxRows; }
 
 bool linear_amx_for_cpu_tensors(int64_t out_features, int64_t in_features) {
-  const LinearProblem p{.M = LinearConfig::kAmxMinRows, .N = out_features, .K = in_features};
-  return amx_applies(Launcher::for_tensor(at::empty({0}, at::kBFloat16)), at::kBFloat16, p);
+  return amx_applies(traits_of(cpu_queue()), at::kBFloat16, out_features, in_features);
 }
 
 at::Tensor fused_linear_relu(const at::Tensor& input, const at::Tensor& weight, const at::Tensor& bias,

@@ -201,7 +201,7 @@ void bind_python(py::module_& m) {
         const auto s = amx_status();
         return py::make_tuple(s.first, s.second);
       },
-      "(on, why): whether bf16 fused_linear_relu may run on AMX (joint_matrix kernels), and the reason.");
+      "(on, why): whether bf16 fused_linear_relu and conv2d may run on AMX (joint_matrix kernels), and the reason.");
   m.def("runtime_compile_env", &runtime_compile_env,
         "Environment set for the runtime's kernel compiler before the first run-time build (one line per variable).");
   m.def(

@@ -270,7 +270,7 @@ def info() -> dict[str, Any]:
             # per device: ahead-of-time image or run-time compilation, and why
             "provider_devices": list(_C.sycl.provider_devices()),
             "runtime_compile_env": list(_C.sycl.runtime_compile_env()),
-            # bf16 fused_linear_relu on the CPU's AMX unit (csrc/sycl/kernels/amx_gemm.hpp): on?, why
+            # bf16 fused_linear_relu and conv2d on the CPU's AMX unit (csrc/sycl/kernels/amx_gemm.hpp): on?, why
             "amx": dict(zip(("on", "why"), _C.sycl.amx_status(), strict=True)),
             "kernels": list(_C.sycl.kernel_names()),
             # outputs/scratch of SYCL ops on CPU tensors (XKERNELS_HOST_CACHE_MB)

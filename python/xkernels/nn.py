@@ -296,7 +296,8 @@ class Conv2d(nn.Conv2d):
         )
 
     def _amx_reads_weight(self) -> bool:
-        """bfloat16 1x1 convolutions on a CPU with AMX: conv2d reads the weight as stored (nothing to pre-pack)."""
+        """bfloat16 1x1 and 3x3 convolutions on a CPU with AMX: conv2d reads the weight as stored (nothing to
+        pre-pack)."""
         w = self.weight
         if w.dtype != torch.bfloat16:
             return False

@@ -62,7 +62,7 @@ struct amx_gemm_params {
   int64_t b_groups;           // ceil(b_rows / (16 * TM)) B blocks
   int64_t b_chunk;            // B blocks per chunk (above)
   int32_t relu;
-  // Convolution windows (conv2d, stride 1): K = taps * tap_k, and the k of tap t read A shift(t) rows further on:
+  // 3x3 convolution windows (conv2d, stride 1): K = 9 * tap_k, and the k of tap t read A shift(t) rows further on:
   // A is the zero-padded input [N * Hp * Wp (+ slack), C] and a is the flat padded pixel of the window's corner.
   // Read by WINDOW kernels only. (A shift table indexed by t made the compiler keep the accumulators in memory
   // instead of tile registers: 30x slower.)
