@@ -88,6 +88,7 @@ struct linear_gemm_panel_params {
   acc_t<T>* partial;
   int64_t M, N, K, k_block, row_groups;
   int64_t b_panel_cols;  // columns per B panel in memory (b_panel_stride apart); a multiple of the tile's
+  int64_t accumulate;    // 1: C += A @ B (C holds earlier partial sums; T is the accumulation type), 0: C = ...
 };
 // S: lane width (PanelTile); the tile fits AVX-512's register file at 16 lanes, AVX2's at 8.
 template <bool BIAS, bool RELU, int S = 16>
@@ -300,7 +301,7 @@ void linear_gemm_panel<BIAS, RELU, S>::run(item_arg<1> ia, const params<T>& p) {
   const bool full_n = n0 + G::kCols <= N;
   for (int64_t k0 = 0; k0 < K; k0 += k_block) {
     const int64_t k1 = K - k0 <= k_block ? K : k0 + k_block;
-    const bool first = k0 == 0, last = k1 == K;
+    const bool first = k0 == 0 && p.accumulate == 0, last = k1 == K;
     for (int64_t m0 = row_begin; m0 < row_end; m0 += G::kRows) {
       if (full_n)
         linear_detail::panel_tile<T, S, BIAS, RELU, false>(A, a_rs, a_ks, Bp, ldb, bias, C, ldc, partial, M, N, m0, n0,

@@ -1,0 +1,267 @@
+// The FMA GEMM kernels' host side (kernels/fused_linear_relu.hpp: linear_gemm_panel, linear_gemm_dot,
+// linear_gemm_tiled, linear_pack_panels), shared by the ops that run GEMMs: fused_linear_relu (forward and
+// backward) and conv2d (grad_weight as grad_weight^T = im2col(input)^T @ grad_output, conv2d.cpp).
+//
+// GEMM variant, per device (XKERNELS_SYCL_GEMM_VARIANT=auto|cpu|gpu|amx, read at every call; default auto):
+// "cpu" = the register-blocked sub-group kernels (linear_gemm_panel, and linear_gemm_dot for the forward pass
+// with few rows), chosen automatically for CPU devices; "gpu" = the local-memory tiled kernel
+// (linear_gemm_tiled), chosen for every other device; "amx" concerns the bf16 forward on the CPU's matrix unit
+// (fused_linear_relu.cpp, amx_gemm.h) and keeps the FMA GEMMs' automatic choice. Forcing a variant lets each be
+// tested on any device that has it; "cpu" needs sub-groups of 16.
+#pragma once
+#include <ATen/ATen.h>
+
+#include <algorithm>
+#include <cctype>
+#include <cstdlib>
+#include <string>
+
+#include "sycl/host_alloc.h"
+#include "sycl/launch.h"
+#include "sycl/runtime_internal.h"
+#include "xkernels/checks.h"
+
+namespace xkernels::sycl_backend {
+
+inline constexpr const char* kGemmVariantEnv = "XKERNELS_SYCL_GEMM_VARIANT";
+
+struct GemmConfig {
+  // Forward with at most this many rows runs the dot kernel (weight read as given, [N, K]).
+  // Above it, packing W^T panel-major pays for itself: the panel kernel ran ~1.6x the dot
+  // kernel's FLOP/s at M=64..512, N=K=1024 (141 vs 85 GFLOP/s), and the packing (a transpose,
+  // strided on one side) costs about as much as ~50-100 rows of GEMM at N=K=1024.
+  static constexpr int64_t kDotMaxRows = 96;
+  // A backward GEMM with at least this many rows packs its B operand; below, B is read in
+  // place (its rows are then touched only a few times, so packing would cost more than it saves).
+  static constexpr int64_t kPackMinRows = 32;
+  // K block of the panel kernel when A is not unit-stride along k (dW = G^T @ X reads G^T with
+  // a stride of N per k): each k step then touches a new cache line of A, N*4 bytes (often a power
+  // of two) past the last, so those lines alias in a few cache sets; short K blocks keep the A
+  // lines of one block (48 rows x 64 k) resident while the work-group's row tiles reuse them.
+  static constexpr int64_t kPanelKBlockStridedA = 64;
+  // Rows of B per work-group of the packing kernel (keeps >= a few work-groups per panel).
+  static constexpr int64_t kPackRowsPerGroup = 256;
+};
+
+enum class GemmVariant { Cpu, Gpu };
+
+// Lane width of the CPU kernels: 16 (one AVX-512 vector of fp32), or 8 on devices with 16 vector registers
+// (simd_lanes, kernel_table.h), whose tiles (PanelTile / DotTile<T, 8>) fit that register file; 16 under acpp.
+inline int cpu_lanes(const Launcher& L) { return L.lanes_are_work_items() ? 16 : simd_lanes(L.traits(), 16); }
+
+// The CPU kernels run work-groups of cpu_lanes lanes. Under DPC++ the lanes are one sub-group (SIMD lanes),
+// whose size the device must support; ahead-of-time builds (acpp) run them as 16 work-items (their lane
+// reduction is a work-group reduction), which every device can.
+inline bool cpu_kernels_run_on(const Launcher& L) {
+  const auto& s = L.traits().sub_group_sizes;
+  return L.lanes_are_work_items() || std::find(s.begin(), s.end(), size_t(cpu_lanes(L))) != s.end();
+}
+
+// Calls f(std::integral_constant<int, S>) with the CPU kernels' lane width.
+template <typename F>
+void with_cpu_lanes(const Launcher& L, F&& f) {
+  if (cpu_lanes(L) == 8) return f(std::integral_constant<int, 8>{});
+  f(std::integral_constant<int, 16>{});
+}
+
+// The variant asked for: "" (auto), "cpu", "gpu" or "amx".
+inline std::string requested_gemm_variant(const char* op) {
+  const char* env = std::getenv(kGemmVariantEnv);
+  std::string v = env ? env : "";
+  std::transform(v.begin(), v.end(), v.begin(), [](unsigned char c) { return std::tolower(c); });
+  if (v == "auto") v.clear();
+  XK_CHECK_VALUE(v.empty() || v == "cpu" || v == "gpu" || v == "amx", op, "environment variable ", kGemmVariantEnv,
+                 " must be 'auto', 'cpu', 'gpu' or 'amx', got '", env, "'");
+  return v;
+}
+
+// The FMA GEMMs' variant (every GEMM but the bf16 forward on AMX, which amx_applies decides).
+inline GemmVariant choose_gemm_variant(const Launcher& L, const char* op) {
+  const DeviceTraits& t = L.traits();
+  const std::string v = requested_gemm_variant(op);
+  if (v.empty() || v == "amx") return t.is_cpu && cpu_kernels_run_on(L) ? GemmVariant::Cpu : GemmVariant::Gpu;
+  if (v == "gpu") return GemmVariant::Gpu;
+  XK_CHECK(cpu_kernels_run_on(L), op, "GEMM variant 'cpu' (", kGemmVariantEnv, ") needs sub-groups of ", cpu_lanes(L),
+           " but device '", t.name, "' does not support them");
+  return GemmVariant::Cpu;
+}
+
+// Calls f(bias_tag, relu_tag) with std::integral_constant<bool, ...> for the epilogue flags: the
+// table's variants are (bias + ReLU), (ReLU) for the forward pass and (none) for the backward GEMMs.
+template <typename F>
+inline void with_epilogue(bool bias, bool relu, F&& f) {
+  using T_ = std::true_type;
+  using F_ = std::false_type;
+  if (bias && relu) return f(T_{}, T_{});
+  if (relu) return f(F_{}, T_{});
+  TORCH_CHECK(!bias, "xkernels.fused_linear_relu: no GEMM variant with a bias but no ReLU");
+  f(F_{}, F_{});
+}
+
+// B [K, N] (any strides) -> [ceil(N / kCols), K, kCols] contiguous, the panel-major layout of
+// linear_gemm_panel's B operand (columns past N zero). Queued before the GEMM that reads it
+// (in-order queue); the caller keeps the result alive until that GEMM is done.
+template <typename T>
+at::Tensor pack_panels(Launcher& L, const at::Tensor& B) {
+  using G = xk::PanelTile<T>;
+  const int64_t K = B.size(0), N = B.size(1);
+  const int64_t panels = ceil_div(N, G::kCols);
+  at::Tensor packed = empty({panels, K, int64_t{G::kCols}}, B.options());
+  const int64_t k_chunks = ceil_div(K, GemmConfig::kPackRowsPerGroup);
+  const int64_t k_chunk = ceil_div(K, k_chunks);
+  L.launch<xk::linear_pack_panels, T>(
+      sycl::nd_range<1>(sycl::range<1>(panels * k_chunks * G::kSubGroup), sycl::range<1>(G::kSubGroup)),
+      {.B = cptr<T>(B),
+       .b_ks = B.stride(0),
+       .b_ns = B.stride(1),
+       .packed = mptr<T>(packed),
+       .K = K,
+       .N = N,
+       .k_chunk = k_chunk,
+       .k_chunks = k_chunks});
+  return packed;
+}
+
+// panel_gemm at lane width S.
+template <typename T, int S>
+void panel_gemm_lanes(Launcher& L, const at::Tensor& A, const T* b_ptr, int64_t ldb, int64_t panel_stride,
+                      int64_t panel_cols, int64_t N, const at::Tensor& bias, bool relu, at::Tensor& C,
+                      at::Tensor& partial, bool accumulate) {
+  using G = xk::PanelTile<T, S>;
+  using acc = xk::acc_t<T>;
+  const int64_t M = A.size(0), K = A.size(1);
+  T* c_ptr = mptr<T>(C);
+  // K blocks: partial sums live in C itself when T is the accumulation type.
+  const int64_t k_block = A.stride(1) == 1 ? xk::kPanelKBlock : GemmConfig::kPanelKBlockStridedA;
+  acc* partial_ptr = nullptr;
+  if (accumulate) {
+    TORCH_CHECK((std::is_same_v<T, acc>) && !bias.defined() && !relu,
+                "xkernels: an accumulating panel GEMM needs the accumulation type and no epilogue");
+    if constexpr (std::is_same_v<T, acc>) partial_ptr = c_ptr;
+  } else if (K > k_block) {
+    if constexpr (std::is_same_v<T, acc>) {
+      partial_ptr = c_ptr;
+    } else {
+      partial = empty({M, N}, C.options().dtype(c10::CppTypeToScalarType<acc>::value));
+      partial_ptr = partial.mutable_data_ptr<acc>();
+    }
+  }
+  const int64_t row_groups = ceil_div(M, int64_t{G::kRows} * G::kRowTilesPerGroup);
+  const int64_t groups = row_groups * ceil_div(N, int64_t{G::kCols});
+  const sycl::nd_range<1> range(sycl::range<1>(groups * G::kSubGroup), sycl::range<1>(G::kSubGroup));
+  with_epilogue(bias.defined(), relu, [&](auto BIAS, auto RELU) {
+    L.launch<xk::linear_gemm_panel<BIAS, RELU, S>, T>(range, {.A = cptr<T>(A),
+                                                              .a_rs = A.stride(0),
+                                                              .a_ks = A.stride(1),
+                                                              .B = b_ptr,
+                                                              .ldb = ldb,
+                                                              .b_panel_stride = panel_stride,
+                                                              .bias = cptr_or_null<T>(bias),
+                                                              .C = c_ptr,
+                                                              .ldc = N,
+                                                              .partial = partial_ptr,
+                                                              .M = M,
+                                                              .N = N,
+                                                              .K = K,
+                                                              .k_block = k_block,
+                                                              .row_groups = row_groups,
+                                                              .b_panel_cols = panel_cols,
+                                                              .accumulate = accumulate ? 1 : 0});
+  });
+}
+
+// The panel GEMM (linear_gemm_panel) on a B operand already in place or packed: C [M, N] =
+// epilogue(A @ B [+ bias]), column n of B read at b_ptr + (n / panel_cols) * panel_stride + k * ldb +
+// n % panel_cols (B in place: panel_cols = panel_stride). `partial` receives the acc-type K-block scratch when
+// T is not the accumulation type (the caller keeps it alive until the kernel is done).
+template <typename T>
+void panel_gemm(Launcher& L, const at::Tensor& A, const T* b_ptr, int64_t ldb, int64_t panel_stride, int64_t panel_cols,
+                int64_t N, const at::Tensor& bias, bool relu, at::Tensor& C, at::Tensor& partial,
+                bool accumulate = false) {
+  with_cpu_lanes(L, [&](auto S_) {
+    panel_gemm_lanes<T, decltype(S_)::value>(L, A, b_ptr, ldb, panel_stride, panel_cols, N, bias, relu, C, partial,
+                                             accumulate);
+  });
+}
+
+// C = epilogue(A @ B [+ bias]) with C [M, N] contiguous; A [M, K] and B [K, N] are 2-D views
+// with any strides. Returns once the kernel is done for CPU tensors (temporaries die here).
+template <typename T>
+void gemm(Launcher& L, GemmVariant variant, const at::Tensor& A, const at::Tensor& B, const at::Tensor& bias, bool relu,
+          at::Tensor& C) {
+  const int64_t M = A.size(0), K = A.size(1), N = B.size(1);
+  at::Tensor packed, partial;  // temporaries: must outlive the kernel (see the wait at the end)
+  if (variant == GemmVariant::Gpu) {
+    using G = xk::TiledTile;
+    const sycl::nd_range<2> range({static_cast<size_t>(ceil_div(M, G::kTile) * G::kLocal),
+                                   static_cast<size_t>(ceil_div(N, G::kTile) * G::kLocal)},
+                                  {size_t{G::kLocal}, size_t{G::kLocal}});
+    with_epilogue(bias.defined(), relu, [&](auto BIAS, auto RELU) {
+      L.launch<xk::linear_gemm_tiled<BIAS, RELU>, T>(range, {.A = cptr<T>(A),
+                                                             .a_rs = A.stride(0),
+                                                             .a_ks = A.stride(1),
+                                                             .B = cptr<T>(B),
+                                                             .b_ks = B.stride(0),
+                                                             .b_ns = B.stride(1),
+                                                             .bias = cptr_or_null<T>(bias),
+                                                             .C = mptr<T>(C),
+                                                             .ldc = N,
+                                                             .M = M,
+                                                             .N = N,
+                                                             .K = K});
+    });
+  } else if (relu && M <= GemmConfig::kDotMaxRows && A.stride(1) == 1 && B.stride(0) == 1) {
+    // Both operands unit-stride along k (the forward pass as given): dot products, no packing.
+    // (Instantiated for the forward epilogues only, hence `relu`.)
+    with_cpu_lanes(L, [&](auto S_) {
+      constexpr int S = decltype(S_)::value;
+      using G = xk::DotTile<T, S>;
+      const int64_t row_tiles = ceil_div(M, G::kRows);
+      const int64_t groups = row_tiles * ceil_div(N, G::kCols);
+      const sycl::nd_range<1> range(sycl::range<1>(groups * G::kSubGroup), sycl::range<1>(G::kSubGroup));
+      if (bias.defined())
+        L.launch<xk::linear_gemm_dot<true, true, S>, T>(range, {.A = cptr<T>(A),
+                                                                .lda = A.stride(0),
+                                                                .Bt = cptr<T>(B),
+                                                                .ldb = B.stride(1),
+                                                                .bias = cptr<T>(bias),
+                                                                .C = mptr<T>(C),
+                                                                .ldc = N,
+                                                                .M = M,
+                                                                .N = N,
+                                                                .K = K,
+                                                                .row_tiles = row_tiles});
+      else
+        L.launch<xk::linear_gemm_dot<false, true, S>, T>(range, {.A = cptr<T>(A),
+                                                                 .lda = A.stride(0),
+                                                                 .Bt = cptr<T>(B),
+                                                                 .ldb = B.stride(1),
+                                                                 .bias = nullptr,
+                                                                 .C = mptr<T>(C),
+                                                                 .ldc = N,
+                                                                 .M = M,
+                                                                 .N = N,
+                                                                 .K = K,
+                                                                 .row_tiles = row_tiles});
+    });
+  } else {
+    const int64_t cols = xk::PanelTile<T>::kCols;
+    const T* b_ptr;
+    int64_t ldb, panel_stride;
+    if (B.stride(1) == 1 && M < GemmConfig::kPackMinRows) {
+      b_ptr = cptr<T>(B);
+      ldb = B.stride(0);
+      panel_stride = cols;
+    } else {
+      packed = pack_panels<T>(L, B);  // queued before the GEMM that reads it (in-order queue)
+      b_ptr = cptr<T>(packed);
+      ldb = cols;
+      panel_stride = K * cols;
+    }
+    panel_gemm<T>(L, A, b_ptr, ldb, panel_stride, /*panel_cols=*/packed.defined() ? cols : panel_stride, N, bias, relu,
+                  C, partial);
+  }
+  L.finish(C);
+}
+
+}  // namespace xkernels::sycl_backend
