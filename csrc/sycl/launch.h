@@ -11,6 +11,10 @@
 #pragma once
 #include <ATen/core/Tensor.h>
 
+#include <atomic>
+#include <chrono>
+#include <string>
+
 #include "sycl/kernel_table.h"
 #include "sycl/runtime.h"
 #include "xkernels/dispatch.h"
@@ -60,6 +64,16 @@ const T* cptr_or_null(const at::Tensor& t) {
 
 namespace xkernels::sycl_backend {
 
+// The kernel profiler (a development tool, off by default; _C.sycl.kernel_profile*): while on, every launch waits
+// for its kernel and adds the wall time from submission to completion to the kernel's row. The waits serialise
+// the work, so the rows show where time goes, not how fast the unprofiled code runs.
+inline std::atomic<bool>& kernel_profiling_flag() {
+  static std::atomic<bool> on{false};
+  return on;
+}
+inline bool kernel_profiling_on() { return kernel_profiling_flag().load(std::memory_order_relaxed); }
+void record_kernel_time(const std::string& label, std::chrono::steady_clock::duration d);  // queues.cpp
+
 class Launcher {
  public:
   // The `sycl` backend on the queue for tensor t (queue_for), with the provider's kernels for its device.
@@ -87,6 +101,13 @@ class Launcher {
     }
     const Kernel& k = kernels_->get(static_cast<size_t>(index), &table_entry<K, T>);
     const KernelArg arg{&p, sizeof(p)};
+    if (kernel_profiling_on()) [[unlikely]] {
+      const auto t0 = std::chrono::steady_clock::now();
+      last_ = k.launch(q_, D, global, local, std::span<const KernelArg>(&arg, 1));
+      last_.wait_and_throw();
+      record_kernel_time(kernel_label<K, T>(), std::chrono::steady_clock::now() - t0);
+      return;
+    }
     last_ = k.launch(q_, D, global, local, std::span<const KernelArg>(&arg, 1));
   }
 

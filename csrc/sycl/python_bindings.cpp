@@ -8,6 +8,7 @@
 #include "sycl/amx_gemm.h"
 #include "sycl/aot_library.h"
 #include "sycl/host_alloc.h"
+#include "sycl/launch.h"
 #include "sycl/runtime_info.h"
 #include "xkernels/backend.h"
 
@@ -40,14 +41,21 @@ py::dict device_dict(const DeviceRecord& r) {
 
 void bind_user_kernels(py::module_& m);  // user_kernels.cpp
 
-int64_t linear_dot_max_rows();                                               // fused_linear_relu.cpp
-bool linear_amx_for_cpu_tensors(int64_t out_features, int64_t in_features);  // fused_linear_relu.cpp
-int64_t conv2d_winograd_calls();                                             // conv2d.cpp
+int64_t linear_dot_max_rows();                                                 // fused_linear_relu.cpp
+bool linear_amx_for_cpu_tensors(int64_t out_features, int64_t in_features);    // fused_linear_relu.cpp
+int64_t conv2d_winograd_calls();                                               // conv2d.cpp
+std::map<std::string, std::pair<int64_t, double>> kernel_profile(bool reset);  // queues.cpp
 bool conv2d_amx_for_cpu_tensors(int64_t out_channels, int64_t in_channels, int64_t kh, int64_t kw,
                                 std::array<int64_t, 2> stride, std::array<int64_t, 2> padding,
                                 int64_t groups);  // conv2d.cpp
 
 void bind_python(py::module_& m) {
+  m.def(
+      "set_kernel_profiling", [](bool on) { kernel_profiling_flag().store(on); }, py::arg("on"),
+      "Turns the kernel profiler on or off (a development tool: while on, every SYCL launch waits for its kernel "
+      "and its wall time is added to the kernel's row; see scripts/kernel_profile.py).");
+  m.def("kernel_profile", &kernel_profile, py::arg("reset") = false,
+        "The kernel profiler's rows: {kernel label: (launches, seconds)}; reset=True clears them.");
   m.def("linear_dot_max_rows", &linear_dot_max_rows,
         "Forward fused_linear_relu calls with at most this many rows use the dot kernel (weight read as given); "
         "more rows use the panel GEMM (packed weight).");

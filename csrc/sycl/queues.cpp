@@ -3,6 +3,11 @@
 // of the matching SYCL CUDA device (cuda_devices.cpp). Never a queue per call.
 #include <ATen/ATen.h>
 
+#include <map>
+#include <mutex>
+#include <string>
+
+#include "sycl/launch.h"
 #include "sycl/runtime_info.h"
 #include "sycl/runtime_internal.h"
 
@@ -45,5 +50,31 @@ sycl::queue& queue_for(const at::Tensor& t) {
 }
 
 const DeviceTraits& traits_of(const sycl::queue& q) { return traits_of_device(q.get_device()); }
+
+// The kernel profiler's rows (launch.h): label -> (launches, seconds).
+namespace {
+std::mutex& profile_mutex() {
+  static std::mutex m;
+  return m;
+}
+std::map<std::string, std::pair<int64_t, double>>& profile_rows() {
+  static std::map<std::string, std::pair<int64_t, double>> rows;
+  return rows;
+}
+}  // namespace
+
+void record_kernel_time(const std::string& label, std::chrono::steady_clock::duration d) {
+  std::lock_guard<std::mutex> lock(profile_mutex());
+  auto& row = profile_rows()[label];
+  row.first += 1;
+  row.second += std::chrono::duration<double>(d).count();
+}
+
+std::map<std::string, std::pair<int64_t, double>> kernel_profile(bool reset) {
+  std::lock_guard<std::mutex> lock(profile_mutex());
+  auto rows = profile_rows();
+  if (reset) profile_rows().clear();
+  return rows;
+}
 
 }  // namespace xkernels::sycl_backend
