@@ -593,6 +593,38 @@ MUTANTS: list[Mutant] = [
         f"{T_CONV} -k sycl",
         "SYCL conv2d grad_bias: the last pixel of the last split dropped",
     ),
+    M(
+        "sycl-conv-gw-chunks-overwrite",
+        "csrc/sycl/kernels/fused_linear_relu.hpp",
+        "const bool first = k0 == 0 && p.accumulate == 0, last = k1 == K;",
+        "const bool first = k0 == 0, last = k1 == K;",
+        "tests/test_conv2d_gemm_paths.py -k sycl",
+        "SYCL conv2d grad_weight as GEMMs: a later pixel chunk overwrites the earlier chunks' sum",
+    ),
+    M(
+        "sycl-conv-im2col-vector-lane",
+        "csrc/sycl/kernels/conv2d.hpp",
+        "out[mm * P] = inside ? x[img * p.sN + iy * p.sH + ix * p.sW + c0 + lid] : zero;",
+        "out[mm * P] = inside ? x[img * p.sN + iy * p.sH + ix * p.sW + c0] : zero;",
+        "tests/test_conv2d_gemm_paths.py -k sycl",
+        "SYCL conv2d grad_weight patches (vector path): every column of a panel reads its first channel",
+    ),
+    M(
+        "sycl-conv-im2col-tap-column",
+        "csrc/sycl/kernels/conv2d.hpp",
+        "const int64_t ky = (tap / KW) * p.dh - p.ph, kx = (tap % KW) * p.dw - p.pw;",
+        "const int64_t ky = (tap / KW) * p.dh - p.ph, kx = (tap / KW) * p.dw - p.pw;",
+        "tests/test_conv2d_gemm_paths.py -k sycl",
+        "SYCL conv2d grad_weight patches (gather path): a tap's column offset taken from its row",
+    ),
+    M(
+        "sycl-conv-gi-winograd-padding",
+        "csrc/sycl/conv2d.cpp",
+        "t.padding = {2 - p.padding[0], 2 - p.padding[1]};",
+        "t.padding = {2 - p.padding[0], 1 - p.padding[1]};",
+        "tests/test_conv2d_gemm_paths.py -k sycl",
+        "SYCL conv2d grad_input through Winograd: the transposed convolution's column padding off by one",
+    ),
     # ------------------------------------------------------------------ SYCL kernels: layer_norm.hpp
     M(
         "sycl-ln-mean-correction",

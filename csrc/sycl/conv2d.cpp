@@ -20,6 +20,7 @@
 #include <string>
 
 #include "sycl/amx_gemm.h"
+#include "sycl/gemm.h"
 #include "sycl/host_alloc.h"
 #include "sycl/launch.h"
 #include "sycl/runtime_internal.h"
@@ -76,9 +77,15 @@ struct Conv2dConfig {
   static constexpr int64_t kMinPixelsPerSplit = 64;
   static constexpr int64_t kMaxSplits = 64;
   static constexpr int64_t kMaxPartialElements = int64_t(1) << 23;
-  static constexpr int64_t kReduceLocal = 64;  // work-items per work-group in the split reduction
+  static constexpr int64_t kReduceLocal = 64;       // work-items per work-group in the split reduction
+  static constexpr int64_t kReduceMaxGroups = 256;  // work-groups of the split reduction (each loops)
   // Weight packing: about this many elements per work-group (conv2d_pack_panels).
   static constexpr int64_t kPackElements = 8192;
+  // grad_weight as a GEMM (one group, float and double): the patches of at most this many elements per chunk of
+  // pixels (16 MiB of float); each chunk's product is added to the last. A fixed number (not device-dependent),
+  // so the summation order, hence the result, is the same everywhere.
+  static constexpr int64_t kIm2colElements = int64_t(1) << 22;
+  static constexpr int64_t kIm2colPixels = 64;  // pixels per work-group of conv2d_im2col (chunks: multiples)
 };
 
 // Calls f(std::integral_constant<int, S>) for the lane width S (one the table has for element type T).
@@ -414,43 +421,50 @@ bool choose_winograd(const Launcher& L, const Conv2dProblem& p, const Conv2dPack
   return p.C >= W::kMinChannels && p.O >= W::kMinChannels && tiles >= W::kMinTiles;
 }
 
-// U = G g G^T into packed[layout.winograd ..] (the gap after the panels' trailing zero is zeroed here).
+// U = G g G^T of the 3x3 weight w [O, C, 3, 3] (element strides wO..wW, any sign) into u [16][O_pad / panel][C][panel].
+void winograd_transform(Launcher& L, const float* w, int64_t O, int64_t C, std::array<int64_t, 4> ws, int64_t panel,
+                        float* u) {
+  const int64_t O_pad = ceil_div(O, panel) * panel, total = O_pad * C;
+  const int64_t local =
+      std::min<int64_t>(Conv2dConfig::kReduceLocal, static_cast<int64_t>(L.traits().max_work_group_size));
+  L.launch<xk::conv2d_wino_pack, float>(
+      sycl::nd_range<1>(sycl::range<1>(std::min(ceil_div(total, local), Conv2dConfig::kReduceMaxGroups) * local),
+                        sycl::range<1>(local)),
+      {.w = w,
+       .u = u,
+       .O = O,
+       .C = C,
+       .O_pad = O_pad,
+       .panel = panel,
+       .wO = ws[0],
+       .wC = ws[1],
+       .wH = ws[2],
+       .wW = ws[3]});
+}
+
+// U into packed[layout.winograd ..] (the gap after the panels' trailing zero is zeroed here).
 void pack_winograd(Launcher& L, const at::Tensor& weight, at::Tensor& packed, const Conv2dPackLayout& l) {
   const int64_t O = weight.size(0), C = weight.size(1);
   const int64_t body = ceil_div(O, l.pad) * l.pad * 9 * C + 1;
   packed.narrow(0, body, l.winograd - body).zero_();  // no kernel writes there
-  const int64_t O_pad = ceil_div(O, l.pad) * l.pad, total = O_pad * C;
-  const int64_t local =
-      std::min<int64_t>(Conv2dConfig::kReduceLocal, static_cast<int64_t>(L.traits().max_work_group_size));
-  L.launch<xk::conv2d_wino_pack, float>(
-      sycl::nd_range<1>(sycl::range<1>(ceil_div(total, local) * local), sycl::range<1>(local)),
-      {.w = cptr<float>(weight),
-       .u = mptr<float>(packed) + l.winograd,
-       .O = O,
-       .C = C,
-       .O_pad = O_pad,
-       .panel = l.pad,
-       .wO = weight.stride(0),
-       .wC = weight.stride(1),
-       .wH = weight.stride(2),
-       .wW = weight.stride(3)});
+  winograd_transform(L, cptr<float>(weight), O, C,
+                     {weight.stride(0), weight.stride(1), weight.stride(2), weight.stride(3)}, l.pad,
+                     mptr<float>(packed) + l.winograd);
 }
 
 // The three Winograd kernels over chunks of tiles, with the conv2d_relu epilogue (res, relu). x: the 4-D input,
 // dst: the output in the problem's memory format.
-void run_winograd(Launcher& L, const Conv2dProblem& p, const at::Tensor& x, const at::Tensor& packed,
-                  const Conv2dPackLayout& layout, const at::Tensor& bias, const at::Tensor& res, bool relu,
-                  at::Tensor& dst) {
+void run_winograd(Launcher& L, const Conv2dProblem& p, const at::Tensor& x, const float* u, int64_t panel,
+                  const at::Tensor& bias, const at::Tensor& res, bool relu, at::Tensor& dst) {
   using W = WinogradConfig;
   const int64_t S = lane_width<float>(L.traits(), L.lanes_are_work_items());
   const Tile tile = winograd_tile(S, L.traits().vector_registers());
-  const int64_t C = p.C, O = p.O, panel = layout.pad, O_pad = ceil_div(O, panel) * panel;
+  const int64_t C = p.C, O = p.O, O_pad = ceil_div(O, panel) * panel;
   const int64_t TH = ceil_div(p.OH, 2), TW = ceil_div(p.OW, 2), total = p.N * TH * TW;
   const int64_t chunk =
       std::min(total, std::max(W::kMinChunkTiles, W::kChunkBytes / (16 * (C + O_pad) * int64_t(sizeof(float)))));
   const at::Tensor v = empty({16 * chunk * C}, x.options());
   const at::Tensor m = empty({16 * chunk * O_pad}, x.options());
-  const float* u = cptr<float>(packed) + layout.winograd;
   const int64_t tiles_per_group_io = [&] {
     const int64_t blocks = ceil_div(std::max(C, O), S);
     return std::max<int64_t>(1, std::min(W::kMaxTransformTiles, chunk * blocks / Conv2dConfig::kTargetGroups));
@@ -562,16 +576,17 @@ template <typename T>
 void launch_reduce(Launcher& L, const at::Tensor& part, at::Tensor& dst, int64_t G, int64_t Opg, int64_t Opg_pad,
                    int64_t Cpg, int64_t KH, int64_t KW, bool dst_cl) {
   using acc = xk::acc_t<T>;
-  const int64_t total = dst.numel();
+  const int64_t rows = xk::conv2d_reduce_splits::kRows;
+  const int64_t units = G * ceil_div(KH * KW * Cpg, rows) * Opg;
   const int64_t local =
       std::min<int64_t>(Conv2dConfig::kReduceLocal, static_cast<int64_t>(L.traits().max_work_group_size));
   L.launch<xk::conv2d_reduce_splits, T>(
-      sycl::nd_range<1>(sycl::range<1>(ceil_div(total, local) * local), sycl::range<1>(local)),
+      sycl::nd_range<1>(sycl::range<1>(std::min(ceil_div(units, local), Conv2dConfig::kReduceMaxGroups) * local),
+                        sycl::range<1>(local)),
       {.part = part.const_data_ptr<acc>(),
        .dst = mptr<T>(dst),
-       .total = total,
        .splits = part.size(0),
-       .part_stride = part.size(1),
+       .part_stride = part.numel() / part.size(0),
        .G = G,
        .Opg = Opg,
        .Opg_pad = Opg_pad,
@@ -646,6 +661,41 @@ void amx_conv2d(Launcher& L, const Conv2dProblem& p, const at::Tensor& x, const 
   L.finish(out);  // xpad, wt and wp die here
 }
 
+// 1x1, stride 1, unpadded, one-group convolutions of a dense channels_last tensor on a device that runs the CPU
+// GEMM kernels: a GEMM on NHWC memory, pixels as rows (gemm.h: the panel GEMM with the weight packed as its B
+// operand, or with a pre-packed weight, whose 1x1 panels are that operand already). Forward with the epilogues the
+// panel GEMM has (bias + ReLU, ReLU, none; no residual): out [pixels, O] = x [pixels, C] @ w^T; grad_input
+// [pixels, C] = grad_output [pixels, O] @ w. Measured on the Xeon (AVX-512), ResNet-50's 1x1 layers at batch 2:
+// 1.15-2.3x faster than conv2d_igemm with the per-call weight packing.
+bool pixel_gemm_fits(const Launcher& L, const Conv2dProblem& p, const at::Tensor& dense_cl) {
+  return p.KH == 1 && p.KW == 1 && p.stride == std::array<int64_t, 2>{1, 1} &&
+         p.padding == std::array<int64_t, 2>{0, 0} && p.groups == 1 && p.channels_last &&
+         dense_cl.is_contiguous(at::MemoryFormat::ChannelsLast) && choose_gemm_variant(L, "conv2d") == GemmVariant::Cpu;
+}
+at::Tensor pixel_rows(const at::Tensor& t) {  // [N, C, H, W] channels_last dense -> [N*H*W, C], a view
+  return t.permute({0, 2, 3, 1}).reshape({t.size(0) * t.size(2) * t.size(3), t.size(1)});
+}
+
+template <typename T>
+bool forward_pixel_gemm(Launcher& L, const Conv2dProblem& p, const at::Tensor& x, const at::Tensor& weight,
+                        const at::Tensor& prepacked, const at::Tensor& b, const at::Tensor& r, bool relu,
+                        at::Tensor& out) {
+  if (r.defined() || (b.defined() && !relu) || !pixel_gemm_fits(L, p, x)) return false;
+  const int64_t P = xk::PanelTile<T>::kCols;
+  const at::Tensor x2 = pixel_rows(x);
+  at::Tensor out2 = pixel_rows(out);
+  if (prepacked.defined()) {
+    const Conv2dPackLayout layout = conv2d_pack_layout({p.O, p.C, 1, 1}, 1, x.scalar_type());
+    if (layout.group_lanes || layout.pad != P) return false;
+    at::Tensor partial;  // the K-block scratch of half types: alive until the wait below
+    panel_gemm<T>(L, x2, cptr<T>(prepacked), P, p.C * P, P, p.O, b, relu, out2, partial);
+    L.finish(x);
+    return true;
+  }
+  gemm<T>(L, GemmVariant::Cpu, x2, weight.reshape({p.O, p.C}).t(), b, relu, out2);
+  return true;
+}
+
 at::Tensor forward(Launcher L, const at::Tensor& input, const at::Tensor& weight, const at::Tensor& bias,
                    const Conv2dProblem& p, const at::Tensor& residual = {}, bool relu = false,
                    const at::Tensor& prepacked = {}) {
@@ -658,10 +708,23 @@ at::Tensor forward(Launcher L, const at::Tensor& input, const at::Tensor& weight
     amx_conv2d(L, p, x, weight, b, r, relu, out);
     return p.batched ? out : out.view(p.out_sizes());
   }
-  if (prepacked.defined() && x.scalar_type() == at::kFloat) {
+  bool done = false;
+  XK_DISPATCH_DEVICE_TYPES(x.scalar_type(), "conv2d",
+                           [&] { done = forward_pixel_gemm<T>(L, p, x, weight, prepacked, b, r, relu, out); });
+  if (done) return p.batched ? out : out.view(p.out_sizes());
+  if (x.scalar_type() == at::kFloat) {
     const Conv2dPackLayout layout = conv2d_pack_layout({p.O, p.C_per_group(), p.KH, p.KW}, p.groups, at::kFloat);
     if (choose_winograd(L, p, layout)) {
-      run_winograd(L, p, x, prepacked, layout, b, r, relu, out);
+      if (prepacked.defined()) {
+        run_winograd(L, p, x, cptr<float>(prepacked) + layout.winograd, layout.pad, b, r, relu, out);
+      } else {  // the weight transformed per call (training: the weight changes every step)
+        const int64_t O_pad = ceil_div(p.O, layout.pad) * layout.pad;
+        const at::Tensor u = empty({16 * O_pad * p.C}, x.options());
+        winograd_transform(L, cptr<float>(weight), p.O, p.C,
+                           {weight.stride(0), weight.stride(1), weight.stride(2), weight.stride(3)}, layout.pad,
+                           mptr<float>(u));
+        run_winograd(L, p, x, cptr<float>(u), layout.pad, b, r, relu, out);  // returns once done: u dies after
+      }
       return p.batched ? out : out.view(p.out_sizes());
     }
   }
@@ -669,6 +732,84 @@ at::Tensor forward(Launcher L, const at::Tensor& input, const at::Tensor& weight
     run_destination_gemm<T>(L, p, x, weight, b, out, /*transposed=*/false, r, relu, prepacked);
   });
   return p.batched ? out : out.view(p.out_sizes());
+}
+
+// grad_input of a 3x3, stride-1, undilated, one-group float convolution with padding <= 2, where the Winograd rule
+// holds for it: the forward convolution of grad_output with the flipped, transposed weight
+// (w'[c, o, i, j] = w[o, c, 2 - i, 2 - j], a strided view with negative strides) and padding 2 - p, through the
+// Winograd kernels (U transformed per call). Returns false (nothing launched) where it does not apply.
+bool grad_input_winograd(Launcher& L, const Conv2dProblem& p, const at::Tensor& go, const at::Tensor& weight,
+                         at::Tensor& gi) {
+  if (p.KH != 3 || p.KW != 3 || p.groups != 1 || p.stride != std::array<int64_t, 2>{1, 1} ||
+      p.dilation != std::array<int64_t, 2>{1, 1} || p.padding[0] > 2 || p.padding[1] > 2)
+    return false;
+  Conv2dProblem t = p;
+  t.C = p.O, t.H = p.OH, t.W = p.OW, t.O = p.C, t.OH = p.H, t.OW = p.W;
+  t.padding = {2 - p.padding[0], 2 - p.padding[1]};
+  t.batched = true;
+  const Conv2dPackLayout layout = conv2d_pack_layout({t.O, t.C, 3, 3}, 1, at::kFloat);
+  if (!choose_winograd(L, t, layout)) return false;
+  const int64_t O_pad = ceil_div(t.O, layout.pad) * layout.pad;
+  const at::Tensor u = empty({16 * O_pad * t.C}, go.options());
+  winograd_transform(L, cptr<float>(weight) + 2 * weight.stride(2) + 2 * weight.stride(3), t.O, t.C,
+                     {weight.stride(1), weight.stride(0), -weight.stride(2), -weight.stride(3)}, layout.pad,
+                     mptr<float>(u));
+  run_winograd(L, t, go, cptr<float>(u), layout.pad, at::Tensor(), at::Tensor(), /*relu=*/false, gi);
+  return true;
+}
+
+// grad_weight of a one-group convolution as GEMMs, on devices that run the CPU GEMM kernels: grad_weight, viewed
+// as [O, KH*KW*C] in its memory order, = grad_output^T [O, pixels] @ col [pixels, KH*KW*C], col the input's
+// patches (conv2d_im2col, written as the panel GEMM's packed B operand) in chunks of pixels, each chunk's product
+// added to the last (gemm.h panel_gemm, accumulate). grad_output^T is read in place from channels_last memory
+// (a stride of O along the pixels). Measured on the Xeon (AVX-512), ResNet-50 layers at batch 2: 1.5-10x faster
+// than conv2d_grad_weight, whose per-tap tiles read grad_output once per (tap, 6 input channels).
+template <typename T>
+void grad_weight_gemm(Launcher& L, const Conv2dProblem& p, const at::Tensor& go_cl, const at::Tensor& x,
+                      at::Tensor& gw) {
+  using C = Conv2dConfig;
+  const int64_t M = p.N * p.OH * p.OW, KKC = p.KH * p.KW * p.C;
+  const int64_t P = xk::PanelTile<T>::kCols, panels = ceil_div(KKC, P);
+  const int64_t chunk =
+      std::min(M, std::max(C::kIm2colPixels, C::kIm2colElements / (panels * P) / C::kIm2colPixels * C::kIm2colPixels));
+  const at::Tensor a = go_cl.permute({0, 2, 3, 1}).reshape({M, p.O}).t();  // [O, pixels], a view
+  at::Tensor c = gw.as_strided({p.O, KKC}, {KKC, 1});                      // gw is dense in its memory format
+  const at::Tensor col = empty({panels * P * chunk}, x.options());
+  at::Tensor partial;  // unused: T is the accumulation type
+  const bool cl_order = p.channels_last || p.KH * p.KW == 1;
+  for (int64_t s = 0, m0 = 0; m0 < M; ++s, m0 += chunk) {
+    const int64_t mc = std::min(chunk, M - m0);
+    L.launch<xk::conv2d_im2col, T>(
+        sycl::nd_range<1>(sycl::range<1>(P * panels * ceil_div(mc, C::kIm2colPixels)), sycl::range<1>(P)),
+        {.x = cptr<T>(x),
+         .col = mptr<T>(col),
+         .m0 = m0,
+         .Mc = mc,
+         .C = p.C,
+         .H = p.H,
+         .W = p.W,
+         .sN = x.stride(0),
+         .sC = x.stride(1),
+         .sH = x.stride(2),
+         .sW = x.stride(3),
+         .OH = p.OH,
+         .OW = p.OW,
+         .KH = p.KH,
+         .KW = p.KW,
+         .sh = p.stride[0],
+         .sw = p.stride[1],
+         .ph = p.padding[0],
+         .pw = p.padding[1],
+         .dh = p.dilation[0],
+         .dw = p.dilation[1],
+         .panel = P,
+         .pixels_per_group = C::kIm2colPixels,
+         .cl_order = cl_order ? 1 : 0});
+    // In-order queue: the GEMM reads col after the kernel above; the wait lets the next chunk overwrite col.
+    panel_gemm<T>(L, a.narrow(1, m0, mc), cptr<T>(col), P, mc * P, P, KKC, at::Tensor(), /*relu=*/false, c, partial,
+                  /*accumulate=*/s > 0);
+    L.finish(go_cl);
+  }
 }
 
 std::tuple<at::Tensor, at::Tensor, at::Tensor> backward(Launcher L, const at::Tensor& grad_output,
@@ -686,16 +827,33 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> backward(Launcher L, const at::Te
     const int64_t S = lane_width<T>(L.traits(), L.lanes_are_work_items());
     if (mask[0]) {  // grad_input: transposed convolution of grad_output with the weight
       gi = empty({p.N, p.C, p.H, p.W}, input.options().memory_format(fmt));
-      run_destination_gemm<T>(L, p, go, weight, at::Tensor(), gi, /*transposed=*/true);
+      bool done = false;
+      if (pixel_gemm_fits(L, p, go)) {  // 1x1: grad_input [pixels, C] = grad_output [pixels, O] @ w [O, C]
+        at::Tensor gi2 = pixel_rows(gi);
+        gemm<T>(L, GemmVariant::Cpu, pixel_rows(go), weight.reshape({p.O, p.C}), at::Tensor(), /*relu=*/false, gi2);
+        done = true;
+      }
+      if constexpr (std::is_same_v<T, float>) {
+        if (!done) done = grad_input_winograd(L, p, go, weight, gi);
+      }
+      if (!done) run_destination_gemm<T>(L, p, go, weight, at::Tensor(), gi, /*transposed=*/true);
       if (!p.batched) gi = gi.view(input.sizes());
     }
     // grad_weight with lanes over channels loads grad_output's channels as vectors: it needs
     // channels_last memory (lanes over groups read any strides).
     const bool gw_groups = conv2d_group_lanes_pay(S, G, Opg);
     const at::Tensor go_cl = mask[1] && !gw_groups ? go.contiguous(at::MemoryFormat::ChannelsLast) : at::Tensor();
+    // One group, float or double, a device that runs the CPU GEMM kernels: grad_weight as GEMMs
+    // (grad_weight_gemm; the chunks accumulate in the output, so half types keep the direct kernels below).
+    const bool gw_gemm = mask[1] && G == 1 && std::is_same_v<T, acc> && go_cl.defined() &&
+                         choose_gemm_variant(L, "conv2d_backward") == GemmVariant::Cpu;
+    if (gw_gemm) {
+      gw = empty(weight.sizes(), weight.options().memory_format(fmt));
+      grad_weight_gemm<T>(L, p, go_cl, x, gw);
+    }
     with_lanes<T>(S, [&](auto S_) {
       constexpr int SL = decltype(S_)::value;
-      if (mask[1]) {  // grad_weight: split reduction over pixels, then an ordered sum of the splits
+      if (mask[1] && !gw_gemm) {  // grad_weight: split reduction over pixels, then an ordered sum of the splits
         gw = empty(weight.sizes(), weight.options().memory_format(fmt));
         int64_t Opg_pad = Opg, splits = 0;
         at::Tensor part;

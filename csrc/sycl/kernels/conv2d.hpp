@@ -154,15 +154,34 @@ struct conv2d_grad_bias {
   static void run(item_arg<1> ia, const params<T>& p);
 };
 
+// grad_weight as a GEMM (groups == 1, conv2d.cpp): the input's patches, one row per output pixel of a chunk, one
+// column per weight column, written as the panel GEMM's packed B operand.
+template <typename T>
+struct conv2d_im2col_params {
+  const T* x;
+  T* col;
+  int64_t m0, Mc, C, H, W, sN, sC, sH, sW, OH, OW, KH, KW, sh, sw, ph, pw, dh, dw, panel, pixels_per_group;
+  int32_t cl_order;
+};
+struct conv2d_im2col {
+  static constexpr int dims = 1;
+  using types = float_types;
+  template <typename T>
+  using params = conv2d_im2col_params<T>;
+  template <typename T>
+  static void run(item_arg<1> ia, const params<T>& p);
+};
+
 template <typename T>
 struct conv2d_reduce_splits_params {
   const acc_t<T>* part;
   T* dst;
-  int64_t total, splits, part_stride, G, Opg, Opg_pad, Cpg, KH, KW;
+  int64_t splits, part_stride, G, Opg, Opg_pad, Cpg, KH, KW;
   int32_t dst_cl;
 };
 struct conv2d_reduce_splits {
   static constexpr int dims = 1;
+  static constexpr int kRows = 16;  // consecutive weight columns per work-item
   using types = float_types;
   template <typename T>
   using params = conv2d_reduce_splits_params<T>;
@@ -831,50 +850,127 @@ void conv2d_grad_bias<S>::run(item_arg<1> ia, const params<T>& p) {
   part[s * O_pad + o] = acc;
 }
 
+// ------------------------------------------------------------------ grad_weight as a GEMM: the patches
+// col[n / P][mm][n % P] = input[img, c, oy*sh - ph + kh*dh, ox*sw - pw + kw*dw] (zero outside the image and for
+// the padding columns n >= KH*KW*C) for the chunk's pixel m = m0 + mm = (img * OH + oy) * OW + ox, mm in [0, Mc),
+// and weight column n = (kh * KW + kw) * C + c (cl_order: the channels_last weight's order) or
+// n = (c * KH + kh) * KW + kw (the contiguous weight's): the packed B operand of the panel GEMM (P = panel
+// columns per panel, Mc rows each), so that grad_weight [O, KH*KW*C] in the weight's memory order =
+// grad_output^T [O, pixels] @ col, chunk after chunk (conv2d.cpp grad_weight_gemm). input [N, C, H, W] with
+// element strides (sN, sC, sH, sW), any layout. Work-item = one column of a panel (local size P), looping over
+// pixels_per_group consecutive pixels. Where the panel's columns are consecutive channels of one tap of a
+// channels_last input (cl_order, C % P == 0, sC == 1: ResNet's layers) the loads are uniform-offset vectors;
+// elsewhere gathers.
+// Launch: nd_range<1>, local size P, global size P * ceil(KH*KW*C / P) * ceil(Mc / pixels_per_group).
+template <typename T>
+void conv2d_im2col::run(item_arg<1> ia, const params<T>& p) {
+  const auto x = p.x;
+  const auto col = p.col;
+  const auto C = p.C;
+  const auto H = p.H;
+  const auto W = p.W;
+  const auto OW = p.OW;
+  const auto OH = p.OH;
+  const auto KW = p.KW;
+  const auto P = p.panel;
+  const auto Mc = p.Mc;
+  const auto it = item(ia);
+  const int64_t lid = static_cast<int64_t>(it.get_local_id(0));
+  const int64_t g = static_cast<int64_t>(it.get_group(0));
+  const int64_t KK = p.KH * KW, KKC = KK * C;
+  const int64_t panels = (KKC + P - 1) / P;
+  const int64_t panel = g % panels, pb = g / panels;
+  const int64_t n = panel * P + lid;
+  const bool n_ok = n < KKC;
+  const int64_t nn = n_ok ? n : 0;
+  const int64_t c = p.cl_order ? nn % C : nn / KK, tap = p.cl_order ? nn / C : nn % KK;
+  const int64_t ky = (tap / KW) * p.dh - p.ph, kx = (tap % KW) * p.dw - p.pw;
+  const int64_t mm0 = pb * p.pixels_per_group;
+  const int64_t mm1 = Mc - mm0 < p.pixels_per_group ? Mc : mm0 + p.pixels_per_group;
+  T* out = col + panel * Mc * P + lid;
+  const T zero = from_acc<T>(acc_t<T>(0));
+  // One tap for the whole panel (uniform): the panel's first column's.
+  const int64_t n0 = panel * P;
+  const bool vec = p.cl_order != 0 && p.sC == 1 && C % P == 0 && n0 + P <= KKC;
+  int64_t m = p.m0 + mm0;
+  int64_t ox = m % OW, t = m / OW;
+  int64_t oy = t % OH, img = t / OH;
+  if (vec) {
+    const int64_t tap0 = n0 / C, c0 = n0 % C;
+    const int64_t vy = (tap0 / KW) * p.dh - p.ph, vx = (tap0 % KW) * p.dw - p.pw;
+    for (int64_t mm = mm0; mm < mm1; ++mm) {
+      const int64_t iy = oy * p.sh + vy, ix = ox * p.sw + vx;
+      const bool inside = iy >= 0 && iy < H && ix >= 0 && ix < W;  // uniform
+      out[mm * P] = inside ? x[img * p.sN + iy * p.sH + ix * p.sW + c0 + lid] : zero;
+      if (++ox == OW) {
+        ox = 0;
+        if (++oy == OH) {
+          oy = 0;
+          ++img;
+        }
+      }
+    }
+    return;
+  }
+  for (int64_t mm = mm0; mm < mm1; ++mm) {
+    const int64_t iy = oy * p.sh + ky, ix = ox * p.sw + kx;
+    const bool inside = n_ok && iy >= 0 && iy < H && ix >= 0 && ix < W;
+    out[mm * P] = inside ? x[img * p.sN + c * p.sC + iy * p.sH + ix * p.sW] : zero;
+    if (++ox == OW) {
+      ox = 0;
+      if (++oy == OH) {
+        oy = 0;
+        ++img;
+      }
+    }
+  }
+}
+
 // ------------------------------------------------------------------ split reduction
-// dst[e] = sum over s = 0..splits-1 (in order) of part[s * part_stride + src(e)], converted to T,
-// where e runs over the destination weight gradient [O, Cpg, KH, KW] in memory order
-// (dst_cl: channels_last memory, i.e. [O, KH, KW, Cpg]) and src(e) is the packed position
-// [g, kh, kw, c, o % Opg] with o padded to Opg_pad. The bias gradient uses G = Cpg = KH = KW = 1.
-// Launch: nd_range<1>, any local size, global size >= total (rounded up to the local size).
+// dst[dst(o, c, kh, kw)] = sum over s = 0..splits-1 (in order) of part[s * part_stride + src], converted to T,
+// for the packed position src = [g, kh, kw, c, o % Opg] with o padded to Opg_pad (o = g * Opg + o % Opg), and
+// the destination weight gradient [O, Cpg, KH, KW] in memory order (dst_cl: channels_last memory, i.e.
+// [O, KH, KW, Cpg]). The bias gradient uses G = Cpg = KH = KW = 1.
+// Work-item u = (g, column block, o % Opg), o % Opg fastest: lanes read consecutive partial sums (vectors) and
+// each loops over kRows consecutive columns j = (kh * KW + kw) * Cpg + c of its output channel, so its strided
+// stores fill the same few cache lines (one element per work-item and a gather across channels a weight-row
+// apart ran at ~7 ns per element on the CPU device: those rows alias in the same cache sets).
+// Launch: nd_range<1>, any local and global size; work-item i takes u = i, i + global size, ... below
+// G * ceil(KH*KW*Cpg / kRows) * Opg.
 template <typename T>
 void conv2d_reduce_splits::run(item_arg<1> ia, const params<T>& p) {
   const auto part = p.part;
   const auto dst = p.dst;
-  const auto total = p.total;
   const auto splits = p.splits;
   const auto part_stride = p.part_stride;
+  const auto G = p.G;
   const auto Opg = p.Opg;
   const auto Opg_pad = p.Opg_pad;
   const auto Cpg = p.Cpg;
-  const auto KH = p.KH;
-  const auto KW = p.KW;
   const auto dst_cl = p.dst_cl;
   using A = acc_t<T>;
   const auto it = item(ia);
-  const int64_t e = static_cast<int64_t>(it.get_global_id(0));
-  if (e >= total) return;
-  int64_t o, c, kh, kw;
-  if (dst_cl) {
-    c = e % Cpg;
-    int64_t t = e / Cpg;
-    kw = t % KW;
-    t /= KW;
-    kh = t % KH;
-    o = t / KH;
-  } else {
-    kw = e % KW;
-    int64_t t = e / KW;
-    kh = t % KH;
-    t /= KH;
-    c = t % Cpg;
-    o = t / Cpg;
+  const int64_t KK = p.KH * p.KW, J = KK * Cpg;
+  const int64_t jblocks = (J + kRows - 1) / kRows;
+  const int64_t units = G * jblocks * Opg;
+  const int64_t step = static_cast<int64_t>(it.get_global_range(0));
+  for (int64_t u = static_cast<int64_t>(it.get_global_id(0)); u < units; u += step) {
+    const int64_t ol = u % Opg, t = u / Opg;
+    const int64_t jb = t % jblocks, g = t / jblocks;
+    const int64_t o = g * Opg + ol;
+    const int64_t j0 = jb * kRows, j1 = J - j0 < kRows ? J : j0 + kRows;
+    int64_t c = j0 % Cpg, tap = j0 / Cpg;
+    for (int64_t j = j0; j < j1; ++j) {
+      const int64_t src = (g * J + j) * Opg_pad + ol;
+      A sum = A(0);
+      for (int64_t s = 0; s < splits; ++s) sum += part[s * part_stride + src];
+      store<T>(dst, o * J + (dst_cl ? j : c * KK + tap), sum);
+      if (++c == Cpg) {
+        c = 0;
+        ++tap;
+      }
+    }
   }
-  const int64_t g = o / Opg, ol = o - g * Opg;
-  const int64_t src = (((g * KH + kh) * KW + kw) * Cpg + c) * Opg_pad + ol;
-  A sum = A(0);
-  for (int64_t s = 0; s < splits; ++s) sum += part[s * part_stride + src];
-  store<T>(dst, e, sum);
 }
 
 // ------------------------------------------------------------------ weight packing
@@ -1305,29 +1401,31 @@ void conv2d_wino_output<DST_CL, S>::run(item_arg<1> ia, const params<T>& p) {
 }
 
 // Weight transform U = G g G^T (the order of wino_weight_transform), one work-item per (output channel o of the
-// padded panels, input channel c); channels past O get zeros. Lanes over o: the stores are contiguous.
-// Launch: nd_range<1>, any local size, global size >= O_pad * C.
+// padded panels, input channel c); channels past O get zeros. Lanes over o: the stores are contiguous. The
+// weight is read through its strides (negative ones too: grad_input's flipped, transposed view).
+// Launch: nd_range<1>, any local and global size: work-item i takes the elements i, i + global size, ...
 template <typename T>
 void conv2d_wino_pack::run(item_arg<1> ia, const params<T>& p) {
   using A = acc_t<T>;
   const auto it = item(ia);
-  const int64_t e = static_cast<int64_t>(it.get_global_id(0));
-  if (e >= p.O_pad * p.C) return;
-  const int64_t pi = e / (p.C * p.panel), rem = e - pi * (p.C * p.panel);
-  const int64_t c = rem / p.panel, jj = rem - c * p.panel;
-  const int64_t o = pi * p.panel + jj;
-  A g[3][3];
-  XK_UNROLL
-  for (int i = 0; i < 3; ++i) {
+  const int64_t step = static_cast<int64_t>(it.get_global_range(0));
+  for (int64_t e = static_cast<int64_t>(it.get_global_id(0)); e < p.O_pad * p.C; e += step) {
+    const int64_t pi = e / (p.C * p.panel), rem = e - pi * (p.C * p.panel);
+    const int64_t c = rem / p.panel, jj = rem - c * p.panel;
+    const int64_t o = pi * p.panel + jj;
+    A g[3][3];
     XK_UNROLL
-    for (int j = 0; j < 3; ++j) g[i][j] = o < p.O ? load<T>(p.w, o * p.wO + c * p.wC + i * p.wH + j * p.wW) : A(0);
-  }
-  A uu[4][4];
-  wino_weight_transform(g, uu);
-  XK_UNROLL
-  for (int i = 0; i < 4; ++i) {
+    for (int i = 0; i < 3; ++i) {
+      XK_UNROLL
+      for (int j = 0; j < 3; ++j) g[i][j] = o < p.O ? load<T>(p.w, o * p.wO + c * p.wC + i * p.wH + j * p.wW) : A(0);
+    }
+    A uu[4][4];
+    wino_weight_transform(g, uu);
     XK_UNROLL
-    for (int j = 0; j < 4; ++j) store<T>(p.u, (i * 4 + j) * p.O_pad * p.C + e, uu[i][j]);
+    for (int i = 0; i < 4; ++i) {
+      XK_UNROLL
+      for (int j = 0; j < 4; ++j) store<T>(p.u, (i * 4 + j) * p.O_pad * p.C + e, uu[i][j]);
+    }
   }
 }
 
@@ -1351,9 +1449,9 @@ using conv2d_wino_kernels =
 template <int S>
 using conv2d_lane_kernels =
     std::conditional_t<S == 8, concat_t<conv2d_lane_base<S>, conv2d_avx2_tiles>, conv2d_lane_base<S>>;
-using conv2d_kernels =
-    concat_t<conv2d_lane_kernels<16>, conv2d_lane_kernels<8>, conv2d_lane_kernels<32>, conv2d_wino_kernels<16>,
-             conv2d_wino_kernels<8>,
-             kernel_list<conv2d_wino_gemm<16, 6, 4>, conv2d_reduce_splits, conv2d_pack_groups, conv2d_wino_pack>>;
+using conv2d_kernels = concat_t<
+    conv2d_lane_kernels<16>, conv2d_lane_kernels<8>, conv2d_lane_kernels<32>, conv2d_wino_kernels<16>,
+    conv2d_wino_kernels<8>,
+    kernel_list<conv2d_wino_gemm<16, 6, 4>, conv2d_reduce_splits, conv2d_im2col, conv2d_pack_groups, conv2d_wino_pack>>;
 
 }  // namespace xk

@@ -1,0 +1,168 @@
+"""conv2d's GEMM routes on the SYCL backends' CPU devices (csrc/sycl/conv2d.cpp), each against the float64 oracle:
+
+- grad_weight of one-group float/double convolutions: the input's patches (conv2d_im2col, written as the panel
+  GEMM's packed operand) times grad_output, in pixel chunks whose products accumulate in the output — vector
+  loads (channels_last, channels a multiple of the 64-column panel), gathers (other channel counts, NCHW,
+  stride / padding / dilation, the 3-channel stem), both weight-gradient memory orders, several chunks;
+- 1x1 stride-1 channels_last convolutions as a GEMM on NHWC memory: forward (no bias, bias + ReLU, and through
+  conv2d_packed's pre-packed panels) and grad_input;
+- Winograd for convolutions with unpacked weights (U transformed per call) and for grad_input of 3x3 stride-1
+  layers (the flipped, transposed weight); a counter proves the Winograd kernels ran.
+The direct kernels these replace stay reachable (groups > 1, half types, residual epilogues): other files test them.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import xkernels
+from xkernels import _C
+from xkernels.tolerances import assert_close
+
+CL = torch.channels_last
+
+
+@pytest.fixture
+def sycl_cpu(backend):
+    if backend.name not in ("sycl", "acpp") or backend.device.type != "cpu":
+        pytest.skip(f"the GEMM routes are the SYCL backends' CPU paths; this is '{backend.name}'")
+    return backend
+
+
+def _oracle_backward(go, x, w, stride, padding, dilation, mask):
+    return torch.ops.aten.convolution_backward(
+        go.double(), x.double(), w.double(), None, stride, padding, dilation, False, [0, 0], 1, mask
+    )
+
+
+def _backward(go, x, w, stride, padding, dilation, mask):
+    return torch.ops.xkernels.conv2d_backward(go, x, w, stride, padding, dilation, 1, mask)
+
+
+# (N, C, H, W, O, k, stride, padding, dilation): the vector path (C % 64 == 0, channels_last), gathers (C = 96,
+# 3-channel stem, NCHW), strided, padded beyond the window, dilated, a kernel column count that straddles panels.
+GW_CASES = {
+    "vector_3x3": (2, 64, 9, 11, 40, 3, 1, 1, 1),
+    "c96_gather": (1, 96, 7, 6, 70, 3, 1, 1, 1),
+    "stem_7x7_s2": (2, 3, 23, 19, 16, 7, 2, 3, 1),
+    "stride2_1x1": (2, 128, 9, 9, 33, 1, 2, 0, 1),
+    "pad2_dil2": (1, 64, 10, 9, 20, 3, 1, 2, 2),
+    "asym_5x5": (3, 10, 12, 13, 7, 5, 2, 1, 1),
+}
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=str)
+@pytest.mark.parametrize("memory_format", ["nchw", "channels_last"])
+@pytest.mark.parametrize("case", GW_CASES.values(), ids=GW_CASES.keys())
+def test_grad_weight_gemm_matches_oracle(sycl_cpu, case, memory_format, dtype):
+    N, C, H, W, O, k, s, p, d = case
+    fmt = CL if memory_format == "channels_last" else torch.contiguous_format
+    torch.manual_seed(0)
+    x = torch.randn(N, C, H, W, dtype=dtype).contiguous(memory_format=fmt)
+    w = torch.randn(O, C, k, k, dtype=dtype)
+    go = torch.randn_like(F.conv2d(x, w, None, s, p, d))
+    _, gw, _ = _backward(go, x, w, [s, s], [p, p], [d, d], [False, True, False])
+    _, ref, _ = _oracle_backward(go, x, w, [s, s], [p, p], [d, d], [False, True, False])
+    assert_close(gw, ref, dtype, f"grad_weight {case}", terms=go.numel() // O)
+    # the weight gradient's memory format follows the problem's (channels_last for a channels_last input)
+    assert gw.is_contiguous(memory_format=fmt)
+
+
+@pytest.mark.parametrize("memory_format", ["nchw", "channels_last"])
+def test_grad_weight_gemm_chunks_accumulate(sycl_cpu, memory_format):
+    """More patch elements than one chunk holds (Conv2dConfig::kIm2colElements = 4 Mi): 8192 pixels x 576
+    columns make two chunks, whose products must add up (the second chunk accumulates into the output)."""
+    fmt = CL if memory_format == "channels_last" else torch.contiguous_format
+    torch.manual_seed(1)
+    x = torch.randn(2, 64, 64, 64).contiguous(memory_format=fmt)
+    w = torch.randn(48, 64, 3, 3)
+    go = torch.randn(2, 48, 64, 64).contiguous(memory_format=fmt)
+    _, gw, _ = _backward(go, x, w, [1, 1], [1, 1], [1, 1], [False, True, False])
+    _, ref, _ = _oracle_backward(go, x, w, [1, 1], [1, 1], [1, 1], [False, True, False])
+    assert_close(gw, ref, torch.float32, "grad_weight over two chunks", terms=8192)
+    # each half of the pixels alone gives its own gradient: the two chunks' sum is the whole
+    half = [_backward(go[i : i + 1], x[i : i + 1], w, [1, 1], [1, 1], [1, 1], [False, True, False])[1] for i in (0, 1)]
+    torch.testing.assert_close(gw, half[0] + half[1], rtol=1e-5, atol=1e-3)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=str)
+def test_pointwise_forward_and_grad_input_as_gemm(sycl_cpu, dtype):
+    """1x1, stride 1, channels_last: conv2d (no bias), conv2d_relu with bias, conv2d_packed with and without ReLU
+    (the pre-packed panels read as the GEMM's operand), and grad_input; 100 output channels (a partial panel),
+    70 input channels, 2 x 9 x 7 pixels."""
+    torch.manual_seed(2)
+    x = torch.randn(2, 70, 9, 7, dtype=dtype).contiguous(memory_format=CL)
+    w = torch.randn(100, 70, 1, 1, dtype=dtype)
+    b = torch.randn(100, dtype=dtype)
+    x64, w64, b64 = x.double(), w.double(), b.double()
+    out = xkernels.conv2d(x, w)
+    assert out.is_contiguous(memory_format=CL)
+    assert_close(out, F.conv2d(x64, w64), dtype, "1x1 conv2d", terms=70)
+    assert_close(xkernels.conv2d_relu(x, w, b), torch.relu(F.conv2d(x64, w64, b64)), dtype, "1x1 relu", terms=70)
+    packed = xkernels.pack_conv2d_weight(w)
+    with torch.no_grad():
+        pr = xkernels.conv2d_packed(x, packed, w.shape, b, relu=True)
+        pn = xkernels.conv2d_packed(x, packed, w.shape, None)
+    assert_close(pr, torch.relu(F.conv2d(x64, w64, b64)), dtype, "1x1 packed relu", terms=70)
+    assert_close(pn, F.conv2d(x64, w64), dtype, "1x1 packed", terms=70)
+    go = torch.randn_like(out)
+    gi, _, _ = _backward(go, x, w, [1, 1], [0, 0], [1, 1], [True, False, False])
+    ref, _, _ = _oracle_backward(go, x, w, [1, 1], [0, 0], [1, 1], [True, False, False])
+    assert gi.is_contiguous(memory_format=CL)
+    assert_close(gi, ref, dtype, "1x1 grad_input", terms=100)
+
+
+def _calls() -> int:
+    return _C.sycl.conv2d_winograd_calls()
+
+
+@pytest.mark.parametrize("padding", [0, 1, 2])
+@pytest.mark.parametrize("memory_format", ["nchw", "channels_last"])
+def test_winograd_unpacked_forward_and_grad_input(sycl_cpu, monkeypatch, padding, memory_format):
+    """XKERNELS_CONV_WINOGRAD=1: conv2d with an unpacked weight and grad_input of a 3x3 stride-1 convolution run
+    the Winograd kernels (one call each) and match the oracle; odd sizes, 70 -> 100 channels."""
+    monkeypatch.setenv("XKERNELS_CONV_WINOGRAD", "1")
+    fmt = CL if memory_format == "channels_last" else torch.contiguous_format
+    torch.manual_seed(3)
+    x = torch.randn(2, 70, 9, 11).contiguous(memory_format=fmt)
+    w = torch.randn(100, 70, 3, 3)
+    before = _calls()
+    out = xkernels.conv2d(x, w, padding=padding)
+    assert _calls() == before + 1
+    assert_close(out, F.conv2d(x.double(), w.double(), padding=padding), torch.float32, "winograd fwd", terms=630)
+    go = torch.randn_like(out)
+    gi, _, _ = _backward(go, x, w, [1, 1], [padding] * 2, [1, 1], [True, False, False])
+    assert _calls() == before + 2
+    ref, _, _ = _oracle_backward(go, x, w, [1, 1], [padding] * 2, [1, 1], [True, False, False])
+    assert gi.is_contiguous(memory_format=fmt)
+    assert_close(gi, ref, torch.float32, "winograd grad_input", terms=900)
+
+
+def test_winograd_grad_input_rule_and_switch(sycl_cpu, monkeypatch):
+    """Unset: a ResNet-like 3x3 layer's grad_input takes Winograd (enough tiles), a 7x7 one does not (too few);
+    '0' keeps the direct kernel, whose result agrees within the float32 tolerance; stride 2 and dilation never
+    take it."""
+    torch.manual_seed(4)
+    x = torch.randn(2, 128, 14, 14).contiguous(memory_format=CL)
+    w = torch.randn(128, 128, 3, 3)
+    go = torch.randn(2, 128, 14, 14).contiguous(memory_format=CL)
+    monkeypatch.delenv("XKERNELS_CONV_WINOGRAD", raising=False)
+    before = _calls()
+    wino, _, _ = _backward(go, x, w, [1, 1], [1, 1], [1, 1], [True, False, False])
+    assert _calls() == before + 1
+    _backward(go[:1, :, :7, :7], x[:1, :, :7, :7], w, [1, 1], [1, 1], [1, 1], [True, False, False])
+    assert _calls() == before + 1
+    monkeypatch.setenv("XKERNELS_CONV_WINOGRAD", "0")
+    direct, _, _ = _backward(go, x, w, [1, 1], [1, 1], [1, 1], [True, False, False])
+    assert _calls() == before + 1
+    ref, _, _ = _oracle_backward(go, x, w, [1, 1], [1, 1], [1, 1], [True, False, False])
+    assert_close(wino, ref, torch.float32, "winograd grad_input", terms=1152)
+    assert_close(direct, ref, torch.float32, "direct grad_input", terms=1152)
+    monkeypatch.setenv("XKERNELS_CONV_WINOGRAD", "1")
+    go2 = torch.randn(2, 128, 7, 7).contiguous(memory_format=CL)
+    _backward(go2, x, w, [2, 2], [1, 1], [1, 1], [True, False, False])
+    go3 = torch.randn(2, 128, 12, 12).contiguous(memory_format=CL)
+    _backward(go3, x, w, [1, 1], [1, 1], [2, 2], [True, False, False])
+    assert _calls() == before + 1
