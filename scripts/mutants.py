@@ -625,6 +625,14 @@ MUTANTS: list[Mutant] = [
         "tests/test_conv2d_gemm_paths.py -k sycl",
         "SYCL conv2d grad_input through Winograd: the transposed convolution's column padding off by one",
     ),
+    M(
+        "sycl-conv-pixel-gemm-residual-row",
+        "csrc/sycl/kernels/fused_linear_relu.hpp",
+        "if (res != nullptr) v = v + ld(res + row[i] * ldc + n);",
+        "if (res != nullptr) v = v + ld(res + n);",
+        "tests/test_conv2d_gemm_paths.py -k sycl",
+        "SYCL 1x1 conv2d_relu as a GEMM: every pixel adds the first pixel's residual",
+    ),
     # ------------------------------------------------------------------ SYCL kernels: layer_norm.hpp
     M(
         "sycl-ln-mean-correction",

@@ -87,11 +87,23 @@ def test_grad_weight_gemm_chunks_accumulate(sycl_cpu, memory_format):
     torch.testing.assert_close(gw, half[0] + half[1], rtol=1e-5, atol=1e-3)
 
 
+def _kernels_run(fn):
+    """fn()'s result and the labels of the SYCL kernels it launched (the kernel profiler, csrc/sycl/launch.h)."""
+    _C.sycl.kernel_profile(reset=True)
+    _C.sycl.set_kernel_profiling(True)
+    try:
+        out = fn()
+    finally:
+        _C.sycl.set_kernel_profiling(False)
+    return out, set(_C.sycl.kernel_profile(reset=True))
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=str)
 def test_pointwise_forward_and_grad_input_as_gemm(sycl_cpu, dtype):
-    """1x1, stride 1, channels_last: conv2d (no bias), conv2d_relu with bias, conv2d_packed with and without ReLU
-    (the pre-packed panels read as the GEMM's operand), and grad_input; 100 output channels (a partial panel),
-    70 input channels, 2 x 9 x 7 pixels."""
+    """1x1, stride 1, channels_last: conv2d (no bias, bias), conv2d_relu with bias and with bias + residual,
+    conv2d_packed with and without ReLU and bias, with a residual (the pre-packed panels read as the GEMM's
+    operand), and grad_input; 100 output channels (a partial panel), 70 input channels, 2 x 9 x 7 pixels. The
+    residual comes in NCHW (made dense channels_last for the epilogue) and channels_last."""
     torch.manual_seed(2)
     x = torch.randn(2, 70, 9, 7, dtype=dtype).contiguous(memory_format=CL)
     w = torch.randn(100, 70, 1, 1, dtype=dtype)
@@ -107,6 +119,26 @@ def test_pointwise_forward_and_grad_input_as_gemm(sycl_cpu, dtype):
         pn = xkernels.conv2d_packed(x, packed, w.shape, None)
     assert_close(pr, torch.relu(F.conv2d(x64, w64, b64)), dtype, "1x1 packed relu", terms=70)
     assert_close(pn, F.conv2d(x64, w64), dtype, "1x1 packed", terms=70)
+    ref_b = F.conv2d(x64, w64, b64)
+    bias_only, ran = _kernels_run(lambda: xkernels.conv2d(x, w, b))
+    assert_close(bias_only, ref_b, dtype, "1x1 bias", terms=70)
+    assert any(k.startswith("linear_gemm_panel<true, false") for k in ran), f"not the bias-only GEMM: {ran}"
+    assert not any(k.startswith("conv2d_igemm") for k in ran), f"the direct kernel ran: {ran}"
+    for res in (
+        torch.randn(2, 100, 9, 7, dtype=dtype),
+        torch.randn(2, 100, 9, 7, dtype=dtype).contiguous(memory_format=CL),
+    ):
+        ref_r = torch.relu(ref_b + res.double())
+        assert_close(xkernels.conv2d_relu(x, w, b, residual=res), ref_r, dtype, "1x1 relu residual", terms=71)
+        with torch.no_grad():
+            pres, ran = _kernels_run(lambda: xkernels.conv2d_packed(x, packed, w.shape, b, residual=res, relu=True))
+        assert any(k.startswith("linear_gemm_panel<true, true") for k in ran), f"not the GEMM: {ran}"
+        assert not any(k.startswith("conv2d_igemm") for k in ran), f"the direct kernel ran: {ran}"
+        assert pres.is_contiguous(memory_format=CL)
+        assert_close(pres, ref_r, dtype, "1x1 packed relu residual", terms=71)
+    with torch.no_grad():
+        pb = xkernels.conv2d_packed(x, packed, w.shape, b)
+    assert_close(pb, ref_b, dtype, "1x1 packed bias", terms=70)
     go = torch.randn_like(out)
     gi, _, _ = _backward(go, x, w, [1, 1], [0, 0], [1, 1], [True, False, False])
     ref, _, _ = _oracle_backward(go, x, w, [1, 1], [0, 0], [1, 1], [True, False, False])

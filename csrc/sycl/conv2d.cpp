@@ -195,7 +195,11 @@ constexpr const char* kTilingEnv = "XKERNELS_CONV2D_TILING";
 //   AVX2 (AMD EPYC, 2 vCPUs): 8 tiles per work-group was the best or within 2 % of it on 25 of 36 layer cases,
 //     the 512-step rule alone 0.91-1.00 of the best; K blocks of 256 steps cost 10-17 %, of 576 steps 0-10 %
 //     (the panel layout already streams each tile's weights from L2), so no K blocking.
-//   AVX-512 (Xeon, earlier measurements): the 512-step rule; tiles and K blocking not re-measured there.
+//   AVX-512 (Xeon, earlier measurements: the 512-step rule). Re-measured on a 2-vCPU AMD EPYC with AVX-512 +
+//     AVX512-BF16 (2026-12-05, with Winograd and the 1x1 channels_last GEMM in place, so those layers ignore the
+//     tiling): the row within 2 % of the best setting on 33 of 36 layer cases (mean 0.99 of the best, worst 0.92 on
+//     a Winograd layer, i.e. noise); 1, 2, 4 or 8 tiles per work-group all within 1 % on average; K blocks of 256
+//     steps cost up to 23 % (mean 6 %), of 576 steps up to 10 %. Kept: no K blocking.
 //   Other devices (GPUs): not measured; the AVX-512 row.
 struct TilingRow {
   int vector_registers;
@@ -663,8 +667,8 @@ void amx_conv2d(Launcher& L, const Conv2dProblem& p, const at::Tensor& x, const 
 
 // 1x1, stride 1, unpadded, one-group convolutions of a dense channels_last tensor on a device that runs the CPU
 // GEMM kernels: a GEMM on NHWC memory, pixels as rows (gemm.h: the panel GEMM with the weight packed as its B
-// operand, or with a pre-packed weight, whose 1x1 panels are that operand already). Forward with the epilogues the
-// panel GEMM has (bias + ReLU, ReLU, none; no residual): out [pixels, O] = x [pixels, C] @ w^T; grad_input
+// operand, or with a pre-packed weight, whose 1x1 panels are that operand already). Forward with every conv2d /
+// conv2d_relu epilogue (bias, residual, ReLU: the panel GEMM's): out [pixels, O] = x [pixels, C] @ w^T; grad_input
 // [pixels, C] = grad_output [pixels, O] @ w. Measured on the Xeon (AVX-512), ResNet-50's 1x1 layers at batch 2:
 // 1.15-2.3x faster than conv2d_igemm with the per-call weight packing.
 bool pixel_gemm_fits(const Launcher& L, const Conv2dProblem& p, const at::Tensor& dense_cl) {
@@ -680,19 +684,20 @@ template <typename T>
 bool forward_pixel_gemm(Launcher& L, const Conv2dProblem& p, const at::Tensor& x, const at::Tensor& weight,
                         const at::Tensor& prepacked, const at::Tensor& b, const at::Tensor& r, bool relu,
                         at::Tensor& out) {
-  if (r.defined() || (b.defined() && !relu) || !pixel_gemm_fits(L, p, x)) return false;
+  if (!pixel_gemm_fits(L, p, x)) return false;
   const int64_t P = xk::PanelTile<T>::kCols;
   const at::Tensor x2 = pixel_rows(x);
   at::Tensor out2 = pixel_rows(out);
+  const T* res = r.defined() ? cptr<T>(r) : nullptr;  // channels_last dense (conv2d_as_4d_dense): out's offsets
   if (prepacked.defined()) {
     const Conv2dPackLayout layout = conv2d_pack_layout({p.O, p.C, 1, 1}, 1, x.scalar_type());
     if (layout.group_lanes || layout.pad != P) return false;
     at::Tensor partial;  // the K-block scratch of half types: alive until the wait below
-    panel_gemm<T>(L, x2, cptr<T>(prepacked), P, p.C * P, P, p.O, b, relu, out2, partial);
+    panel_gemm<T>(L, x2, cptr<T>(prepacked), P, p.C * P, P, p.O, b, relu, out2, partial, /*accumulate=*/false, res);
     L.finish(x);
     return true;
   }
-  gemm<T>(L, GemmVariant::Cpu, x2, weight.reshape({p.O, p.C}).t(), b, relu, out2);
+  gemm<T>(L, GemmVariant::Cpu, x2, weight.reshape({p.O, p.C}).t(), b, relu, out2, res);
   return true;
 }
 

@@ -87,14 +87,19 @@ inline GemmVariant choose_gemm_variant(const Launcher& L, const char* op) {
 }
 
 // Calls f(bias_tag, relu_tag) with std::integral_constant<bool, ...> for the epilogue flags: the
-// table's variants are (bias + ReLU), (ReLU) for the forward pass and (none) for the backward GEMMs.
-template <typename F>
+// table's variants are (bias + ReLU), (ReLU) for the forward pass and (none) for the backward GEMMs; the panel
+// kernel also has (bias) (bias_only: conv2d's 1x1 GEMM without ReLU).
+template <bool kBiasOnly = false, typename F>
 inline void with_epilogue(bool bias, bool relu, F&& f) {
   using T_ = std::true_type;
   using F_ = std::false_type;
   if (bias && relu) return f(T_{}, T_{});
   if (relu) return f(F_{}, T_{});
-  TORCH_CHECK(!bias, "xkernels.fused_linear_relu: no GEMM variant with a bias but no ReLU");
+  if constexpr (kBiasOnly) {
+    if (bias) return f(T_{}, F_{});
+  } else {
+    TORCH_CHECK(!bias, "xkernels: this GEMM variant has no epilogue with a bias but no ReLU");
+  }
   f(F_{}, F_{});
 }
 
@@ -126,7 +131,7 @@ at::Tensor pack_panels(Launcher& L, const at::Tensor& B) {
 template <typename T, int S>
 void panel_gemm_lanes(Launcher& L, const at::Tensor& A, const T* b_ptr, int64_t ldb, int64_t panel_stride,
                       int64_t panel_cols, int64_t N, const at::Tensor& bias, bool relu, at::Tensor& C,
-                      at::Tensor& partial, bool accumulate) {
+                      at::Tensor& partial, bool accumulate, const T* res) {
   using G = xk::PanelTile<T, S>;
   using acc = xk::acc_t<T>;
   const int64_t M = A.size(0), K = A.size(1);
@@ -135,7 +140,7 @@ void panel_gemm_lanes(Launcher& L, const at::Tensor& A, const T* b_ptr, int64_t 
   const int64_t k_block = A.stride(1) == 1 ? xk::kPanelKBlock : GemmConfig::kPanelKBlockStridedA;
   acc* partial_ptr = nullptr;
   if (accumulate) {
-    TORCH_CHECK((std::is_same_v<T, acc>) && !bias.defined() && !relu,
+    TORCH_CHECK((std::is_same_v<T, acc>) && !bias.defined() && !relu && res == nullptr,
                 "xkernels: an accumulating panel GEMM needs the accumulation type and no epilogue");
     if constexpr (std::is_same_v<T, acc>) partial_ptr = c_ptr;
   } else if (K > k_block) {
@@ -149,7 +154,7 @@ void panel_gemm_lanes(Launcher& L, const at::Tensor& A, const T* b_ptr, int64_t 
   const int64_t row_groups = ceil_div(M, int64_t{G::kRows} * G::kRowTilesPerGroup);
   const int64_t groups = row_groups * ceil_div(N, int64_t{G::kCols});
   const sycl::nd_range<1> range(sycl::range<1>(groups * G::kSubGroup), sycl::range<1>(G::kSubGroup));
-  with_epilogue(bias.defined(), relu, [&](auto BIAS, auto RELU) {
+  with_epilogue</*kBiasOnly=*/true>(bias.defined(), relu, [&](auto BIAS, auto RELU) {
     L.launch<xk::linear_gemm_panel<BIAS, RELU, S>, T>(range, {.A = cptr<T>(A),
                                                               .a_rs = A.stride(0),
                                                               .a_ks = A.stride(1),
@@ -166,31 +171,35 @@ void panel_gemm_lanes(Launcher& L, const at::Tensor& A, const T* b_ptr, int64_t 
                                                               .k_block = k_block,
                                                               .row_groups = row_groups,
                                                               .b_panel_cols = panel_cols,
-                                                              .accumulate = accumulate ? 1 : 0});
+                                                              .accumulate = accumulate ? 1 : 0,
+                                                              .res = res});
   });
 }
 
 // The panel GEMM (linear_gemm_panel) on a B operand already in place or packed: C [M, N] =
-// epilogue(A @ B [+ bias]), column n of B read at b_ptr + (n / panel_cols) * panel_stride + k * ldb +
+// epilogue(A @ B [+ bias] [+ res]), column n of B read at b_ptr + (n / panel_cols) * panel_stride + k * ldb +
 // n % panel_cols (B in place: panel_cols = panel_stride). `partial` receives the acc-type K-block scratch when
-// T is not the accumulation type (the caller keeps it alive until the kernel is done).
+// T is not the accumulation type (the caller keeps it alive until the kernel is done). accumulate: C += A @ B
+// (no epilogue). res: [M, N] with C's row stride, added after the bias and before ReLU (null: none).
 template <typename T>
 void panel_gemm(Launcher& L, const at::Tensor& A, const T* b_ptr, int64_t ldb, int64_t panel_stride, int64_t panel_cols,
                 int64_t N, const at::Tensor& bias, bool relu, at::Tensor& C, at::Tensor& partial,
-                bool accumulate = false) {
+                bool accumulate = false, const T* res = nullptr) {
   with_cpu_lanes(L, [&](auto S_) {
     panel_gemm_lanes<T, decltype(S_)::value>(L, A, b_ptr, ldb, panel_stride, panel_cols, N, bias, relu, C, partial,
-                                             accumulate);
+                                             accumulate, res);
   });
 }
 
-// C = epilogue(A @ B [+ bias]) with C [M, N] contiguous; A [M, K] and B [K, N] are 2-D views
-// with any strides. Returns once the kernel is done for CPU tensors (temporaries die here).
+// C = epilogue(A @ B [+ bias] [+ res]) with C [M, N] contiguous; A [M, K] and B [K, N] are 2-D views
+// with any strides; res (CPU variant only) as panel_gemm's. Returns once the kernel is done for CPU tensors
+// (temporaries die here).
 template <typename T>
 void gemm(Launcher& L, GemmVariant variant, const at::Tensor& A, const at::Tensor& B, const at::Tensor& bias, bool relu,
-          at::Tensor& C) {
+          at::Tensor& C, const T* res = nullptr) {
   const int64_t M = A.size(0), K = A.size(1), N = B.size(1);
   at::Tensor packed, partial;  // temporaries: must outlive the kernel (see the wait at the end)
+  TORCH_CHECK(res == nullptr || variant == GemmVariant::Cpu, "xkernels: a residual epilogue needs the CPU GEMM");
   if (variant == GemmVariant::Gpu) {
     using G = xk::TiledTile;
     const sycl::nd_range<2> range({static_cast<size_t>(ceil_div(M, G::kTile) * G::kLocal),
@@ -210,7 +219,7 @@ void gemm(Launcher& L, GemmVariant variant, const at::Tensor& A, const at::Tenso
                                                              .N = N,
                                                              .K = K});
     });
-  } else if (relu && M <= GemmConfig::kDotMaxRows && A.stride(1) == 1 && B.stride(0) == 1) {
+  } else if (relu && res == nullptr && M <= GemmConfig::kDotMaxRows && A.stride(1) == 1 && B.stride(0) == 1) {
     // Both operands unit-stride along k (the forward pass as given): dot products, no packing.
     // (Instantiated for the forward epilogues only, hence `relu`.)
     with_cpu_lanes(L, [&](auto S_) {
@@ -259,7 +268,7 @@ void gemm(Launcher& L, GemmVariant variant, const at::Tensor& A, const at::Tenso
       panel_stride = K * cols;
     }
     panel_gemm<T>(L, A, b_ptr, ldb, panel_stride, /*panel_cols=*/packed.defined() ? cols : panel_stride, N, bias, relu,
-                  C, partial);
+                  C, partial, /*accumulate=*/false, res);
   }
   L.finish(C);
 }

@@ -6,8 +6,9 @@
 //
 // Every GEMM computes   C[m, n] = epilogue( sum_k A(m, k) * B(k, n) )   for m < M, n < N, k < K,
 // with epilogue = (+ bias[n] if BIAS) then (ReLU if RELU), and C row-major with leading dimension
-// ldc. The operands are addressed through strides, so the same kernels serve the forward pass
-// (A = X, B = W^T) and the backward pass (dX = G @ W, dW = G^T @ X) without copies of the kernels.
+// ldc (linear_gemm_panel also adds a residual R[m, n] between the two where one is given: conv2d's 1x1 GEMM). The
+// operands are addressed through strides, so the same kernels serve the forward pass (A = X, B = W^T) and the backward
+// pass (dX = G @ W, dW = G^T @ X) without copies of the kernels.
 //
 // Three GEMM variants; the host picks one per device (fused_linear_relu.cpp):
 //  * linear_gemm_panel  — CPU devices. One work-group = one sub-group of 16 lanes = one SIMD
@@ -89,6 +90,7 @@ struct linear_gemm_panel_params {
   int64_t M, N, K, k_block, row_groups;
   int64_t b_panel_cols;  // columns per B panel in memory (b_panel_stride apart); a multiple of the tile's
   int64_t accumulate;    // 1: C += A @ B (C holds earlier partial sums; T is the accumulation type), 0: C = ...
+  const T* res;          // added after the bias, before ReLU, at C's offsets (conv2d's 1x1 GEMM); null: none
 };
 // S: lane width (PanelTile); the tile fits AVX-512's register file at 16 lanes, AVX2's at 8.
 template <bool BIAS, bool RELU, int S = 16>
@@ -211,8 +213,8 @@ inline acc_t<T> ld(const T* p) {
 
 // One kRows x kCols tile at rows m0.., columns n0.., K range [k0, k1). MASK_N: the tile overhangs N.
 template <typename T, int S_, bool BIAS, bool RELU, bool MASK_N>
-inline void panel_tile(const T* A, int64_t a_rs, int64_t a_ks, const T* Bp, int64_t ldb, const T* bias, T* C,
-                       int64_t ldc, acc_t<T>* partial, int64_t M, int64_t N, int64_t m0, int64_t n0, int64_t k0,
+inline void panel_tile(const T* A, int64_t a_rs, int64_t a_ks, const T* Bp, int64_t ldb, const T* bias, const T* res,
+                       T* C, int64_t ldc, acc_t<T>* partial, int64_t M, int64_t N, int64_t m0, int64_t n0, int64_t k0,
                        int64_t k1, bool first, bool last, int lane) {
   using acc = acc_t<T>;
   using G = PanelTile<T, S_>;
@@ -258,6 +260,7 @@ inline void panel_tile(const T* A, int64_t a_rs, int64_t a_ks, const T* Bp, int6
       }
       acc v = c[i][j];
       if constexpr (BIAS) v = v + ld(bias + n);
+      if (res != nullptr) v = v + ld(res + row[i] * ldc + n);
       if constexpr (RELU) v = v < acc(0) ? acc(0) : v;  // NaN propagates, as torch.relu
       C[row[i] * ldc + n] = from_acc<T>(v);
     }
@@ -304,11 +307,11 @@ void linear_gemm_panel<BIAS, RELU, S>::run(item_arg<1> ia, const params<T>& p) {
     const bool first = k0 == 0 && p.accumulate == 0, last = k1 == K;
     for (int64_t m0 = row_begin; m0 < row_end; m0 += G::kRows) {
       if (full_n)
-        linear_detail::panel_tile<T, S, BIAS, RELU, false>(A, a_rs, a_ks, Bp, ldb, bias, C, ldc, partial, M, N, m0, n0,
-                                                           k0, k1, first, last, lane);
+        linear_detail::panel_tile<T, S, BIAS, RELU, false>(A, a_rs, a_ks, Bp, ldb, bias, p.res, C, ldc, partial, M, N,
+                                                           m0, n0, k0, k1, first, last, lane);
       else
-        linear_detail::panel_tile<T, S, BIAS, RELU, true>(A, a_rs, a_ks, Bp, ldb, bias, C, ldc, partial, M, N, m0, n0,
-                                                          k0, k1, first, last, lane);
+        linear_detail::panel_tile<T, S, BIAS, RELU, true>(A, a_rs, a_ks, Bp, ldb, bias, p.res, C, ldc, partial, M, N,
+                                                          m0, n0, k0, k1, first, last, lane);
     }
   }
 }
@@ -552,10 +555,10 @@ void linear_column_sum::run(item_arg<1> ia, const params<T>& p) {
 // The CPU GEMMs at lane widths 16 (AVX-512) and 8 (AVX2): a device builds the width its register file takes.
 using fused_linear_relu_kernels =
     kernel_list<linear_gemm_panel<true, true>, linear_gemm_panel<false, true>, linear_gemm_panel<false, false>,
-                linear_gemm_panel<true, true, 8>, linear_gemm_panel<false, true, 8>, linear_gemm_panel<false, false, 8>,
-                linear_gemm_dot<true, true>, linear_gemm_dot<false, true>, linear_gemm_dot<true, true, 8>,
-                linear_gemm_dot<false, true, 8>, linear_gemm_tiled<true, true>, linear_gemm_tiled<false, true>,
-                linear_gemm_tiled<false, false>, linear_relu_grad<true>, linear_relu_grad<false>, linear_column_sum,
-                linear_pack_panels>;
+                linear_gemm_panel<true, false>, linear_gemm_panel<true, true, 8>, linear_gemm_panel<false, true, 8>,
+                linear_gemm_panel<false, false, 8>, linear_gemm_panel<true, false, 8>, linear_gemm_dot<true, true>,
+                linear_gemm_dot<false, true>, linear_gemm_dot<true, true, 8>, linear_gemm_dot<false, true, 8>,
+                linear_gemm_tiled<true, true>, linear_gemm_tiled<false, true>, linear_gemm_tiled<false, false>,
+                linear_relu_grad<true>, linear_relu_grad<false>, linear_column_sum, linear_pack_panels>;
 
 }  // namespace xk
