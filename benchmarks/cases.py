@@ -243,40 +243,47 @@ def linear_module_cases(dtype, ms=(64, 512), nk=1024):
     return out
 
 
-def conv_module_cases(dtype, batches=(1, 8), layers=None):
-    """xkernels.nn.Conv2d inference (no_grad) with its cached packed weight, on ResNet-50's layers (NCHW), vs the
-    plain op re-packing per call (xkernels[sycl-unpacked]), torch's F.conv2d and torch.compile with freezing."""
+def conv_module_cases(dtype, batches=(1, 8), layers=None, layouts=("nchw", "channels_last")):
+    """xkernels.nn.Conv2d inference (no_grad) with its cached packed weight, on ResNet-50's layers in both memory
+    formats (channels_last: input and weight, as optimize() leaves a conv model; shape label "CL"), vs the plain
+    op re-packing per call (xkernels[sycl-unpacked]), torch's F.conv2d and torch.compile with freezing."""
     import xkernels
 
     layers = layers or [(c, o, hw, 3) for c, o, hw in RESNET50_3X3] + [(c, o, hw, 1) for c, o, hw in RESNET50_1X1]
     out = []
     for c, o, hw, k in layers:
         for n in batches:
+            for layout in layouts:
+                fmt = torch.channels_last if layout == "channels_last" else torch.contiguous_format
 
-            def make(c=c, o=o, hw=hw, k=k, n=n):
-                g = _g(c + o + hw + n)
-                mod = xkernels.nn.Conv2d(c, o, k, padding=k // 2, dtype=dtype)
-                with torch.no_grad():
-                    mod.weight.copy_(torch.randn(o, c, k, k, generator=g) / (c * k * k) ** 0.5)
-                    mod.bias.copy_(torch.randn(o, generator=g))
-                mod.pack_weight = True  # inference: opted in
-                return (mod, torch.randn(n, c, hw, hw, generator=g).to(dtype)), {}
+                def make(c=c, o=o, hw=hw, k=k, n=n, fmt=fmt):
+                    g = _g(c + o + hw + n)
+                    mod = xkernels.nn.Conv2d(c, o, k, padding=k // 2, dtype=dtype)
+                    with torch.no_grad():
+                        mod.weight.copy_(torch.randn(o, c, k, k, generator=g) / (c * k * k) ** 0.5)
+                        mod.bias.copy_(torch.randn(o, generator=g))
+                    mod.to(memory_format=fmt)
+                    mod.pack_weight = True  # inference: opted in
+                    return (mod, torch.randn(n, c, hw, hw, generator=g).to(dtype).contiguous(memory_format=fmt)), {}
 
-            flops = 2.0 * n * o * hw * hw * c * k * k
-            out.append(
-                _case(
-                    "Conv2d",
-                    "fwd",
-                    dtype,
-                    f"{k}x{k} C={c} O={o} HW={hw} N={n}",
-                    make,
-                    lambda a, kw: F.conv2d(
-                        a[1].double(), a[0].weight.detach().double(), a[0].bias.detach().double(), padding=a[0].padding
-                    ),
-                    flops,
-                    "GFLOP/s",
-                    flops > 2e9,
-                    "cpu",
+                flops = 2.0 * n * o * hw * hw * c * k * k
+                out.append(
+                    _case(
+                        "Conv2d",
+                        "fwd",
+                        dtype,
+                        f"{k}x{k} C={c} O={o} HW={hw} N={n}" + (" CL" if layout == "channels_last" else ""),
+                        make,
+                        lambda a, kw: F.conv2d(
+                            a[1].double(),
+                            a[0].weight.detach().double(),
+                            a[0].bias.detach().double(),
+                            padding=a[0].padding,
+                        ),
+                        flops,
+                        "GFLOP/s",
+                        flops > 2e9,
+                        "cpu",
+                    )
                 )
-            )
     return out

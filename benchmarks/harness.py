@@ -44,6 +44,7 @@ CSV_FIELDS = [
     "median_ms",
     "samples",
     "device",
+    "isa",
     "torch",
     "xkernels",
     "sycl_runtime",
@@ -129,11 +130,25 @@ def device_name() -> str:
     return platform.processor() or "cpu"
 
 
+def cpu_isa() -> str:
+    """The host CPU's vector ISA as the docs name it (the CSVs' "isa" column): "AVX2", "AVX-512 + AVX512-BF16",
+    "AVX-512 + AVX512-BF16 + AMX", ... ("" where /proc/cpuinfo is unreadable)."""
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return ""
+    flags = set(next((ln.split(":", 1)[1].split() for ln in text.splitlines() if ln.startswith("flags")), []))
+    base = "AVX-512" if "avx512f" in flags else "AVX2" if "avx2" in flags else "no AVX2"
+    extras = [name for flag, name in (("avx512_bf16", "AVX512-BF16"), ("amx_bf16", "AMX")) if flag in flags]
+    return " + ".join([base, *extras])
+
+
 def provenance(device: str | None = None) -> dict:
     info = xkernels.info()
     return {
         "commit": _commit(),
         "device": device or device_name(),
+        "isa": cpu_isa(),
         "torch": torch.__version__,
         "xkernels": xkernels.__version__,
         "sycl_runtime": info.get("sycl", {}).get("runtime", ""),
@@ -236,14 +251,35 @@ def time_case(case: Case, providers: list[Provider], repeats: int, min_time: flo
     return rows
 
 
-def append_csv(rows: list[dict], path: Path, prov: dict) -> None:
+def open_for_append(path: Path, fields: list[str]):
+    """`path` opened for appending rows with `fields`, the header written if the file is new. A file written
+    before a field existed is rewritten first with the current header (its old rows get that field empty), so
+    every row of a file lines up with one header."""
     path.parent.mkdir(parents=True, exist_ok=True)
+    if path.exists():
+        with path.open(newline="") as f:
+            reader = csv.DictReader(f)
+            old_fields, old_rows = reader.fieldnames or [], list(reader)
+        if old_fields != fields:
+            unknown = set(old_fields) - set(fields)
+            if unknown:
+                raise ValueError(f"{path}: columns {sorted(unknown)} are not among the fields written now")
+            with path.open("w", newline="") as f:
+                w = csv.DictWriter(f, fieldnames=fields)
+                w.writeheader()
+                w.writerows(old_rows)
     new = not path.exists()
+    f = path.open("a", newline="")
+    w = csv.DictWriter(f, fieldnames=fields)
+    if new:
+        w.writeheader()
+    return f, w
+
+
+def append_csv(rows: list[dict], path: Path, prov: dict) -> None:
     stamp = _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
-    with path.open("a", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=CSV_FIELDS)
-        if new:
-            w.writeheader()
+    f, w = open_for_append(path, CSV_FIELDS)
+    with f:
         for r in rows:
             w.writerow({"timestamp": stamp, **prov, **r})
 

@@ -56,7 +56,7 @@ from torch import nn
 from xkernels import models as M
 from xkernels.parity import tensor_error
 
-from .harness import CSV_FIELDS, RESULTS_DIR, env_summary, provenance
+from .harness import CSV_FIELDS, RESULTS_DIR, env_summary, open_for_append, provenance
 
 MODEL_CSV_FIELDS = CSV_FIELDS + ["warmup_s", "parity_budget_used", "peer_over_xkernels", "note"]
 # ResNet-50 training step batch: 2 keeps a step (~25 GFLOP at 224x224) near a second on a 2-core CPU, and with
@@ -479,13 +479,9 @@ def print_rows(rows):
 
 
 def append_rows(rows: list[dict], case: ModelCase, path: Path, prov: dict, dtype: str = "float32") -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    new = not path.exists()
     stamp = _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
-    with path.open("a", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=MODEL_CSV_FIELDS)
-        if new:
-            w.writeheader()
+    f, w = open_for_append(path, MODEL_CSV_FIELDS)
+    with f:
         for r in rows:
             w.writerow(
                 {

@@ -25,7 +25,7 @@ from rich.table import Table
 from xkernels import models
 
 
-def build(model: str, mode: str, batch: int, size: int):
+def build(model: str, mode: str, batch: int, size: int, dtype: torch.dtype):
     g = torch.Generator().manual_seed(0)
     if model == "resnet50":
         net = models.resnet50()
@@ -45,6 +45,7 @@ def build(model: str, mode: str, batch: int, size: int):
         net.eval()
     else:
         net.train()
+    net, x, target = net.to(dtype), x.to(dtype), target.to(dtype)
     return xkernels.optimize(copy.deepcopy(net), pack_weights=mode == "infer"), x, target
 
 
@@ -56,8 +57,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--size", type=int, default=224, help="ResNet-50 image size")
     ap.add_argument("--steps", type=int, default=3, help="profiled steps (after 2 warm-up steps)")
     ap.add_argument("--rows", type=int, default=25)
+    ap.add_argument("--dtype", choices=["float32", "bfloat16"], default="float32")
     args = ap.parse_args(argv)
-    net, x, target = build(args.model, args.mode, args.batch, args.size)
+    net, x, target = build(args.model, args.mode, args.batch, args.size, getattr(torch, args.dtype))
 
     def step():
         if args.mode == "infer":
@@ -83,7 +85,7 @@ def main(argv: list[str] | None = None) -> int:
     rows = sycl.kernel_profile(reset=True)
     total = sum(s for _, s in rows.values()) / args.steps
     table = Table(
-        title=f"{args.model} {args.mode} batch {args.batch}: {wall * 1e3:.1f} ms per profiled step, "
+        title=f"{args.model} {args.mode} {args.dtype} batch {args.batch}: {wall * 1e3:.1f} ms per profiled step, "
         f"{total * 1e3:.1f} ms in SYCL kernels"
     )
     for col in ("kernel", "launches / step", "ms / step", "% of kernel time"):

@@ -11,7 +11,9 @@ import pytest
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from benchmarks.harness import Case, Provider, time_case  # noqa: E402
+import csv  # noqa: E402
+
+from benchmarks.harness import CSV_FIELDS, Case, Provider, append_csv, cpu_isa, provenance, time_case  # noqa: E402
 
 
 def _case(mode="fwd"):
@@ -132,3 +134,29 @@ def test_bench_cuda_imports_and_skips_without_cuda(tmp_path, capsys):
     assert bench_cuda.main(["--csv", str(tmp_path / "out.csv")]) == 0
     assert "bench_cuda: skipped: the native CUDA backend is unavailable" in capsys.readouterr().out
     assert not (tmp_path / "out.csv").exists()
+
+
+def test_rows_carry_the_isa_and_old_csvs_get_the_column(tmp_path):
+    isa = cpu_isa()
+    assert isa.split(" + ")[0] in ("AVX2", "AVX-512", "no AVX2"), isa
+    prov = provenance()
+    assert prov["isa"] == isa
+    # A CSV written before the "isa" column: its rows are kept under the current header, isa empty.
+    path = tmp_path / "old.csv"
+    old_fields = [f for f in CSV_FIELDS if f != "isa"]
+    with path.open("w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=old_fields)
+        w.writeheader()
+        w.writerow({k: f"old-{k}" for k in old_fields})
+    append_csv([{"op": "relu", "median": "1.0"}], path, prov)
+    with path.open(newline="") as f:
+        reader = csv.DictReader(f)
+        rows = list(reader)
+    assert reader.fieldnames == CSV_FIELDS
+    assert rows[0]["op"] == "old-op" and rows[0]["isa"] == "" and rows[0]["device"] == "old-device"
+    assert rows[1]["op"] == "relu" and rows[1]["isa"] == isa
+    # A column the harness does not write is refused, not dropped.
+    bad = tmp_path / "bad.csv"
+    bad.write_text("timestamp,mystery\n1,2\n")
+    with pytest.raises(ValueError, match="mystery"):
+        append_csv([{"op": "relu"}], bad, prov)
