@@ -1,23 +1,27 @@
 #!/usr/bin/env python3
 """conv2d_packed per ResNet-50 3x3 stride-1 layer (channels_last, bias): Winograd (XKERNELS_CONV_WINOGRAD=1) vs the
-direct kernel (=0) vs torch eager F.conv2d, interleaved in one process. Usage (SYCL backend):
-  XKERNELS_BACKEND=sycl PYTHONPATH=python python scripts/bench_conv2d_winograd.py [BATCHES=1,8] [ROUNDS=5]
+direct kernel (=0) vs torch eager F.conv2d, interleaved in one process, the order rotated every round (whatever
+runs right after torch's OpenMP ops pays their workers' spin-wait). Usage (SYCL backend):
+  XKERNELS_BACKEND=sycl PYTHONPATH=python python scripts/bench_conv2d_winograd.py [BATCHES=1,8] [ROUNDS=5] [LAYERS]
+LAYERS: C:H pairs, e.g. 512:5,256:14 (default: ResNet-50's 3x3 stride-1 layers).
 """
+
+import xkernels  # isort: skip  (before torch: xkernels shortens OpenMP's spin-wait, docs/performance.md)
+import torch  # isort: skip
 
 import os
 import statistics
 import sys
 import time
 
-import torch
 import torch.nn.functional as F
-
-import xkernels
 
 torch.manual_seed(0)
 LAYERS = [(64, 56), (128, 28), (256, 14), (512, 7)]
 batches = [int(b) for b in (sys.argv[1] if len(sys.argv) > 1 else "1,8").split(",")]
 rounds = int(sys.argv[2]) if len(sys.argv) > 2 else 5
+if len(sys.argv) > 3:
+    LAYERS = [tuple(int(v) for v in pair.split(":")) for pair in sys.argv[3].split(",")]
 
 
 def timeit(f, reps):
@@ -51,13 +55,14 @@ for N in batches:
         flops = 2 * N * C * C * 9 * H * H
         reps = max(2, int(2e9 / flops))
         res = {"wino": [], "direct": [], "torch": []}
-        for _ in range(rounds):
-            res["wino"].append(timeit(xk("1"), reps))
-            res["direct"].append(timeit(xk("0"), reps))
-            res["torch"].append(timeit(te, reps))
+        fns = [("wino", xk("1")), ("direct", xk("0")), ("torch", te)]
+        for r in range(rounds):
+            for name, f in fns[r % 3 :] + fns[: r % 3]:
+                res[name].append(timeit(f, reps))
         med = {k: statistics.median(v) for k, v in res.items()}
+        tiles = N * ((H + 1) // 2) ** 2
         print(
-            f"N={N} C=O={C} {H}x{H}: wino {med['wino']:.3f} ms  direct {med['direct']:.3f} ms  "
+            f"N={N} C=O={C} {H}x{H} ({tiles} tiles): wino {med['wino']:.3f} ms  direct {med['direct']:.3f} ms  "
             f"torch {med['torch']:.3f} ms  "
             f"direct/wino {med['direct'] / med['wino']:.2f}x torch/wino {med['torch'] / med['wino']:.2f}x  "
             f"(direct {flops / med['direct'] / 1e6:.0f} GFLOP/s)",

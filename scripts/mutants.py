@@ -626,6 +626,14 @@ MUTANTS: list[Mutant] = [
         "SYCL conv2d grad_input through Winograd: the transposed convolution's column padding off by one",
     ),
     M(
+        "sycl-conv-winograd-rule-channels",
+        "csrc/sycl/conv2d.cpp",
+        "tiles * std::min(p.C, p.O) >= W::kMinTileChannels;",
+        "tiles * std::max(p.C, p.O) >= W::kMinTileChannels;",
+        "tests/test_conv2d_gemm_paths.py tests/test_conv2d_winograd.py -k sycl",
+        "SYCL conv2d Winograd rule: the tile count weighed by the larger channel count, not the smaller",
+    ),
+    M(
         "sycl-conv-pixel-gemm-residual-row",
         "csrc/sycl/kernels/fused_linear_relu.hpp",
         "if (res != nullptr) v = v + ld(res + row[i] * ldc + n);",

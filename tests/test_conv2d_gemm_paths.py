@@ -173,7 +173,7 @@ def test_winograd_unpacked_forward_and_grad_input(sycl_cpu, monkeypatch, padding
 
 
 def test_winograd_grad_input_rule_and_switch(sycl_cpu, monkeypatch):
-    """Unset: a ResNet-like 3x3 layer's grad_input takes Winograd (enough tiles), a 7x7 one does not (too few);
+    """Unset: a ResNet-like 3x3 layer's grad_input takes Winograd (enough tiles), a 5x5 one does not (too few);
     '0' keeps the direct kernel, whose result agrees within the float32 tolerance; stride 2 and dilation never
     take it."""
     torch.manual_seed(4)
@@ -184,7 +184,7 @@ def test_winograd_grad_input_rule_and_switch(sycl_cpu, monkeypatch):
     before = _calls()
     wino, _, _ = _backward(go, x, w, [1, 1], [1, 1], [1, 1], [True, False, False])
     assert _calls() == before + 1
-    _backward(go[:1, :, :7, :7], x[:1, :, :7, :7], w, [1, 1], [1, 1], [1, 1], [True, False, False])
+    _backward(go[:1, :, :5, :5], x[:1, :, :5, :5], w, [1, 1], [1, 1], [1, 1], [True, False, False])
     assert _calls() == before + 1
     monkeypatch.setenv("XKERNELS_CONV_WINOGRAD", "0")
     direct, _, _ = _backward(go, x, w, [1, 1], [1, 1], [1, 1], [True, False, False])

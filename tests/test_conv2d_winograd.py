@@ -186,12 +186,20 @@ def test_choice_and_switch(sycl_cpu, monkeypatch):
     monkeypatch.setenv(ENV, "auto")
     _packed(x, w, b, pad)
     assert _calls() == before + 2
-    # Few 2x2 tiles (one 7x7 image: 16 tiles, below WinogradConfig::kMinTiles): the direct kernel, measured faster.
-    x7 = x[:1, :, :7, :7].contiguous(memory_format=torch.channels_last)
-    _packed(x7, w, b, pad)
+    # Few 2x2 tiles (one 5x5 image: 9 tiles x 128 channels, below WinogradConfig::kMinTileChannels): the direct kernel.
+    x5 = x[:1, :, :5, :5].contiguous(memory_format=torch.channels_last)
+    _packed(x5, w, b, pad)
     assert _calls() == before + 2
+    # The smaller channel count weighs the tiles: 16 tiles x 64 -> 256 channels (1024) stays direct, 16 tiles x
+    # 128 -> 256 channels (2048) takes Winograd.
+    for cin, taken in ((64, 0), (128, 1)):
+        xs = torch.randn(1, cin, 7, 7).contiguous(memory_format=torch.channels_last)
+        ws = torch.randn(256, cin, 3, 3) / (9 * cin) ** 0.5
+        _packed(xs, ws, torch.randn(256), 1)
+        assert _calls() == before + 2 + taken, f"{cin} -> 256 channels over 16 tiles"
+    before += 1
     monkeypatch.setenv(ENV, "1")
-    _packed(x7, w, b, pad)
+    _packed(x5, w, b, pad)
     assert _calls() == before + 3
     monkeypatch.setenv(ENV, "auto")
     before += 1

@@ -376,14 +376,17 @@ constexpr const char* kWinogradEnv = "XKERNELS_CONV_WINOGRAD";
 std::atomic<int64_t> winograd_calls{0};  // conv2d_packed calls that ran Winograd (xkernels._C.sycl, tests)
 
 struct WinogradConfig {
-  // The rule (docs/performance.md "conv2d: Winograd F(2x2, 3x3)", measured on a 2-core Xeon, AVX-512, against
-  // the direct kernel with packed weights, channels_last): at least this many input and output channels, and at
-  // least kMinTiles 2x2 output tiles in the batch. Idle Xeon, commit ac6d568 (scripts/bench_conv2d_winograd.py):
-  // direct/Winograd 1.12-1.99x from 128 tiles up (ResNet-50's 3x3 layers at batch 1 and 8), 0.97-0.98x at 16 and
-  // 49 tiles (512 channels at 7x7, 256 at 14x14, batch 1): the transforms' fixed cost beats the saved products.
+  // The rule (docs/performance.md "conv2d: Winograd F(2x2, 3x3)"): at least kMinChannels input and output
+  // channels, and at least kMinTileChannels 2x2 output tiles x min(C, O) in the batch. Measured with
+  // scripts/bench_conv2d_winograd.py (order rotated per round, xkernels imported before torch) on a 2-vCPU AMD EPYC
+  // with AVX-512, idle, 2026-12-05: direct/Winograd 1.46-1.82x at 16-98 tiles with 256 or 512 channels (ResNet-50's
+  // 14x14 and 7x7 layers at batch 1 and 2), 1.04-1.08x at 9 tiles, 0.98-1.00x at 4 tiles x 512 and 16 tiles x 128,
+  // 0.75x at 16 tiles x 64 channels (a 0.04 ms layer). The earlier rule (>= 96 tiles, from the Xeon) came from the
+  // script's old fixed order, which timed Winograd right after torch's OpenMP ops and so charged it their workers'
+  // spin-wait; it read 0.97-0.98x at 16 and 49 tiles there.
   static constexpr int64_t kMinChannels =
       kConv2dWinogradMinChannels;  // shapes.h: the packed layout carries U from here
-  static constexpr int64_t kMinTiles = 96;
+  static constexpr int64_t kMinTileChannels = 2048;
   // Tiles per chunk: the scratch (V and M, 16 x chunk x (C + O) floats) stays at about this many bytes, so that
   // the GEMM reads what the input transform just wrote from cache; at least kMinChunkTiles tiles.
   static constexpr int64_t kChunkBytes = int64_t(6) << 20;
@@ -422,7 +425,7 @@ bool choose_winograd(const Launcher& L, const Conv2dProblem& p, const Conv2dPack
   if (mode == WinogradMode::kOn) return true;
   using W = WinogradConfig;
   const int64_t tiles = p.N * ceil_div(p.OH, 2) * ceil_div(p.OW, 2);
-  return p.C >= W::kMinChannels && p.O >= W::kMinChannels && tiles >= W::kMinTiles;
+  return p.C >= W::kMinChannels && p.O >= W::kMinChannels && tiles * std::min(p.C, p.O) >= W::kMinTileChannels;
 }
 
 // U = G g G^T of the 3x3 weight w [O, C, 3, 3] (element strides wO..wW, any sign) into u [16][O_pad / panel][C][panel].
