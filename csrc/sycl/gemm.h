@@ -228,30 +228,20 @@ void gemm(Launcher& L, GemmVariant variant, const at::Tensor& A, const at::Tenso
       const int64_t row_tiles = ceil_div(M, G::kRows);
       const int64_t groups = row_tiles * ceil_div(N, G::kCols);
       const sycl::nd_range<1> range(sycl::range<1>(groups * G::kSubGroup), sycl::range<1>(G::kSubGroup));
-      if (bias.defined())
-        L.launch<xk::linear_gemm_dot<true, true, S>, T>(range, {.A = cptr<T>(A),
-                                                                .lda = A.stride(0),
-                                                                .Bt = cptr<T>(B),
-                                                                .ldb = B.stride(1),
-                                                                .bias = cptr<T>(bias),
-                                                                .C = mptr<T>(C),
-                                                                .ldc = N,
-                                                                .M = M,
-                                                                .N = N,
-                                                                .K = K,
-                                                                .row_tiles = row_tiles});
-      else
-        L.launch<xk::linear_gemm_dot<false, true, S>, T>(range, {.A = cptr<T>(A),
-                                                                 .lda = A.stride(0),
-                                                                 .Bt = cptr<T>(B),
-                                                                 .ldb = B.stride(1),
-                                                                 .bias = nullptr,
-                                                                 .C = mptr<T>(C),
-                                                                 .ldc = N,
-                                                                 .M = M,
-                                                                 .N = N,
-                                                                 .K = K,
-                                                                 .row_tiles = row_tiles});
+      auto launch = [&](auto BIAS) {  // the table has (bias + ReLU) and (ReLU) dot kernels
+        L.launch<xk::linear_gemm_dot<decltype(BIAS)::value, true, S>, T>(range, {.A = cptr<T>(A),
+                                                                                 .lda = A.stride(0),
+                                                                                 .Bt = cptr<T>(B),
+                                                                                 .ldb = B.stride(1),
+                                                                                 .bias = cptr_or_null<T>(bias),
+                                                                                 .C = mptr<T>(C),
+                                                                                 .ldc = N,
+                                                                                 .M = M,
+                                                                                 .N = N,
+                                                                                 .K = K,
+                                                                                 .row_tiles = row_tiles});
+      };
+      bias.defined() ? launch(std::true_type{}) : launch(std::false_type{});
     });
   } else {
     const int64_t cols = xk::PanelTile<T>::kCols;
