@@ -13,6 +13,7 @@ This file is also the worker: torchrun runs it as a script (``_worker``).
 
 from __future__ import annotations
 
+import gc
 import os
 import signal
 import subprocess
@@ -109,6 +110,15 @@ def _worker(out_dir: str, mode: str, backend: str) -> None:
     purged = list(xkernels._C.sycl.cache_purged()) if getattr(xkernels._C, "with_sycl", False) else []
     torch.save({"params": params, "purged": purged, "sharded": sharded}, Path(out_dir) / f"rank{rank}.pt")
     dist.barrier()
+    # Shut down while the interpreter is fully alive: drop the DDP / FSDP wrapper (it keeps the process group and
+    # its work objects alive), collect, then destroy the group, whose destructor joins gloo's worker threads. Left
+    # to interpreter shutdown, a gloo thread can drop the last reference to a finished work object after
+    # finalization began; its thread-local state holds a Python object, taking the GIL there exits the thread
+    # inside a noexcept destructor and the rank aborts ("terminate called without an active exception", torch's
+    # c10d: ProcessGroupGloo::AsyncWork::~AsyncWork -> gil_scoped_acquire -> pthread_exit). Seen in about 1 of 16
+    # runs on a loaded 2-core machine, on any backend; a core dump showed that stack.
+    del wrapped, model
+    gc.collect()
     dist.destroy_process_group()
 
 
