@@ -245,8 +245,9 @@ Conv2dPackLayout conv2d_pack_layout(at::IntArrayRef weight_shape, int64_t groups
     l.pad = l.lanes * conv2d_channel_vectors(Opg);
     l.numel = groups * ceil_div(Opg, l.pad) * l.pad * KH * KW * Cpg + 1;
     if (conv2d_winograd_packs(weight_shape, groups, dtype)) {
-      l.winograd = ceil_div(l.numel, 16) * 16;
-      l.numel = l.winograd + 16 * ceil_div(Opg, l.pad) * l.pad * Cpg;
+      const int64_t per_float = conv2d_winograd_elements_per_float(dtype);
+      l.winograd = ceil_div(l.numel, 16 * per_float) * 16 * per_float;  // 64 bytes
+      l.numel = l.winograd + 16 * ceil_div(Opg, l.pad) * l.pad * Cpg * per_float;
     }
   }
   return l;
@@ -275,13 +276,14 @@ at::Tensor conv2d_pack(const at::Tensor& weight, int64_t groups) {
   if (l.winograd > 0) {
     // U = G g G^T in the order of kernels/conv2d.hpp's wino_weight_transform (rows, then columns; the halvings
     // exact), as [16, npanels, Cpg, P].
-    const at::Tensor g = weight.permute({2, 3, 1, 0});  // [3, 3, Cpg, O]
-    auto rows = [](const at::Tensor& a, int64_t dim) {  // G applied along `dim` (size 3 -> 4)
+    const at::Tensor g = weight.to(at::kFloat).permute({2, 3, 1, 0});  // [3, 3, Cpg, O], float32 for every type
+    auto rows = [](const at::Tensor& a, int64_t dim) {                 // G applied along `dim` (size 3 -> 4)
       const at::Tensor a0 = a.select(dim, 0), a1 = a.select(dim, 1), a2 = a.select(dim, 2);
       return at::stack({a0, ((a0 + a1) + a2) * 0.5, ((a0 - a1) + a2) * 0.5, a2}, dim);
     };
     const at::Tensor u = rows(rows(g, 0), 1).reshape({16, Cpg, Opg});  // [16, Cpg, O]
-    const at::Tensor dst = packed.narrow(0, l.winograd, l.numel - l.winograd).view({16, npanels, Cpg, P});
+    const at::Tensor dst =  // U's floats in the packed tensor's memory (a float32 view of it for 16-bit types)
+        packed.narrow(0, l.winograd, l.numel - l.winograd).view(at::kFloat).view({16, npanels, Cpg, P});
     for (int64_t pi = 0; pi < npanels; ++pi) {
       const int64_t width = std::min(P, Opg - pi * P);
       dst.select(1, pi).narrow(2, 0, width).copy_(u.narrow(2, pi * P, width));

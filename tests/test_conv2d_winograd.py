@@ -222,3 +222,45 @@ def test_choice_and_switch(sycl_cpu, monkeypatch):
     monkeypatch.setenv(ENV, "yes")
     with pytest.raises(ValueError, match=r"XKERNELS_CONV_WINOGRAD must be '0' \(off\), '1'"):
         _packed(x, w, b, pad)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=str)
+@pytest.mark.parametrize("case", ["odd", "panels", "resnet_like"])
+@pytest.mark.parametrize("channels_last", [False, True], ids=["nchw", "channels_last"])
+def test_half_types(sycl_cpu, monkeypatch, dtype, case, channels_last):
+    """bfloat16 and float16: U float32 in the packed tensor's memory (bit-identical to the torch-op packing of
+    the weight widened to float32), the input widened in the transform and the output rounded once: within the
+    type's tolerance of the float64 oracle, plain and with the conv2d_relu epilogue, packed and unpacked weights;
+    the Winograd kernels ran for every call."""
+    monkeypatch.setenv(ENV, "1")
+    x, w, b, r, pad = (t.to(dtype) if isinstance(t, torch.Tensor) else t for t in _tensors(CASES[case], channels_last))
+    packed = xkernels.pack_conv2d_weight(w)
+    with reference.torch_ops():
+        # bit for bit (U's float halves may read as 16-bit NaNs, which torch.equal would call unequal)
+        assert torch.equal(packed.view(torch.int16), xkernels.pack_conv2d_weight(w).view(torch.int16))
+    off = reference.conv2d_pack_winograd(w.shape, 1, dtype)
+    assert off > 0 and off % 32 == 0
+    u = packed[off:].view(torch.float32)
+    P = reference.conv2d_pack_layout(w.shape, 1, dtype)[2]
+    O, C = w.shape[:2]
+    u = u.view(4, 4, -(-O // P), C, P).permute(2, 4, 3, 0, 1).reshape(-1, C, 4, 4)[:O]
+    assert torch.equal(u, reference.winograd_weight(w.float()))
+    terms = 9 * x.shape[1]
+    before = _calls()
+    with torch.no_grad():
+        plain = xkernels.conv2d_packed(x, packed, w.shape, b, padding=pad)
+        fused = xkernels.conv2d_packed(x, packed, w.shape, b, padding=pad, residual=r, relu=True)
+    unpacked = xkernels.conv2d(x, w, b, padding=pad)
+    assert _calls() == before + 3
+    x64, w64, b64, r64 = (t.double() for t in (x, w, b, r))
+    ref = F.conv2d(x64, w64, b64, padding=pad)
+    for out in (plain, fused, unpacked):
+        assert out.dtype == dtype
+        assert out.is_contiguous(memory_format=torch.channels_last if channels_last else torch.contiguous_format)
+    assert_close(plain, ref, dtype, "winograd", terms=terms)
+    assert_close(unpacked, ref, dtype, "winograd per-call U", terms=terms)
+    assert_close(fused, torch.relu(ref + r64), dtype, "winograd relu", terms=terms)
+    # One rounding of the float32 result: the float32 Winograd on the widened tensors, rounded, is the same.
+    with torch.no_grad():
+        f32 = xkernels.conv2d_packed(x.float(), xkernels.pack_conv2d_weight(w.float()), w.shape, b.float(), padding=pad)
+    assert torch.equal(plain, f32.to(dtype))

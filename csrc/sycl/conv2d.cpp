@@ -449,18 +449,42 @@ void winograd_transform(Launcher& L, const float* w, int64_t O, int64_t C, std::
        .wW = ws[3]});
 }
 
-// U into packed[layout.winograd ..] (the gap after the panels' trailing zero is zeroed here).
+// The float32 U inside a packed weight of any element type (shapes.h: `winograd` counts the packed type's elements).
+const float* winograd_u(const at::Tensor& packed, const Conv2dPackLayout& l) {
+  return reinterpret_cast<const float*>(static_cast<const char*>(packed.const_data_ptr()) +
+                                        l.winograd * packed.element_size());
+}
+
+// U into packed[layout.winograd ..] (the gap after the panels' trailing zero is zeroed here); a half or bfloat16
+// weight is widened to float32 first (U is float32 for every type).
 void pack_winograd(Launcher& L, const at::Tensor& weight, at::Tensor& packed, const Conv2dPackLayout& l) {
   const int64_t O = weight.size(0), C = weight.size(1);
   const int64_t body = ceil_div(O, l.pad) * l.pad * 9 * C + 1;
   packed.narrow(0, body, l.winograd - body).zero_();  // no kernel writes there
-  winograd_transform(L, cptr<float>(weight), O, C,
-                     {weight.stride(0), weight.stride(1), weight.stride(2), weight.stride(3)}, l.pad,
-                     mptr<float>(packed) + l.winograd);
+  const at::Tensor w = weight.scalar_type() == at::kFloat ? weight : weight.to(at::kFloat);
+  winograd_transform(L, cptr<float>(w), O, C, {w.stride(0), w.stride(1), w.stride(2), w.stride(3)}, l.pad,
+                     const_cast<float*>(winograd_u(packed, l)));
+  L.finish(w);  // w may be a temporary
+}
+
+template <typename T>
+struct TypeTag {
+  using type = T;
+};
+// Calls f(TypeTag<T>{}) with T the device type of a Winograd element type (float32, half, bfloat16).
+template <typename F>
+void with_winograd_type(at::ScalarType t, F&& f) {
+  switch (t) {
+    case at::kFloat: return f(TypeTag<float>{});
+    case at::kHalf: return f(TypeTag<device_type_t<at::Half>>{});
+    case at::kBFloat16: return f(TypeTag<device_type_t<at::BFloat16>>{});
+    default: TORCH_CHECK(false, "xkernels.conv2d: no Winograd kernels for ", t);
+  }
 }
 
 // The three Winograd kernels over chunks of tiles, with the conv2d_relu epilogue (res, relu). x: the 4-D input,
-// dst: the output in the problem's memory format.
+// dst: the output in the problem's memory format; float32, half or bfloat16 (x, bias, res, dst of one type; the
+// scratch V and M and the weights U float32).
 void run_winograd(Launcher& L, const Conv2dProblem& p, const at::Tensor& x, const float* u, int64_t panel,
                   const at::Tensor& bias, const at::Tensor& res, bool relu, at::Tensor& dst) {
   using W = WinogradConfig;
@@ -470,36 +494,37 @@ void run_winograd(Launcher& L, const Conv2dProblem& p, const at::Tensor& x, cons
   const int64_t TH = ceil_div(p.OH, 2), TW = ceil_div(p.OW, 2), total = p.N * TH * TW;
   const int64_t chunk =
       std::min(total, std::max(W::kMinChunkTiles, W::kChunkBytes / (16 * (C + O_pad) * int64_t(sizeof(float)))));
-  const at::Tensor v = empty({16 * chunk * C}, x.options());
-  const at::Tensor m = empty({16 * chunk * O_pad}, x.options());
+  const at::Tensor v = empty({16 * chunk * C}, x.options().dtype(at::kFloat));
+  const at::Tensor m = empty({16 * chunk * O_pad}, x.options().dtype(at::kFloat));
   const int64_t tiles_per_group_io = [&] {
     const int64_t blocks = ceil_div(std::max(C, O), S);
     return std::max<int64_t>(1, std::min(W::kMaxTransformTiles, chunk * blocks / Conv2dConfig::kTargetGroups));
   }();
   auto launch_with = [&](auto S_, auto R, auto Q) {
-    {
+    with_winograd_type(x.scalar_type(), [&](auto type) {
+      using E = typename decltype(type)::type;  // the element type (T is the chunk's tile count)
       constexpr int SL = decltype(S_)::value;
       for (int64_t t0 = 0; t0 < total; t0 += chunk) {
         const int64_t T = std::min(chunk, total - t0);
         const int64_t in_groups = ceil_div(C, S) * ceil_div(T, tiles_per_group_io);
-        L.launch<xk::conv2d_wino_input<SL>, float>(sycl::nd_range<1>(sycl::range<1>(in_groups * S), sycl::range<1>(S)),
-                                                   {.src = cptr<float>(x),
-                                                    .v = mptr<float>(v),
-                                                    .N = p.N,
-                                                    .C = C,
-                                                    .H = x.size(2),
-                                                    .W = x.size(3),
-                                                    .sN = x.stride(0),
-                                                    .sC = x.stride(1),
-                                                    .sH = x.stride(2),
-                                                    .sW = x.stride(3),
-                                                    .TH = TH,
-                                                    .TW = TW,
-                                                    .ph = p.padding[0],
-                                                    .pw = p.padding[1],
-                                                    .t0 = t0,
-                                                    .tiles = T,
-                                                    .tiles_per_group = tiles_per_group_io});
+        L.launch<xk::conv2d_wino_input<SL>, E>(sycl::nd_range<1>(sycl::range<1>(in_groups * S), sycl::range<1>(S)),
+                                               {.src = cptr<E>(x),
+                                                .v = mptr<float>(v),
+                                                .N = p.N,
+                                                .C = C,
+                                                .H = x.size(2),
+                                                .W = x.size(3),
+                                                .sN = x.stride(0),
+                                                .sC = x.stride(1),
+                                                .sH = x.stride(2),
+                                                .sW = x.stride(3),
+                                                .TH = TH,
+                                                .TW = TW,
+                                                .ph = p.padding[0],
+                                                .pw = p.padding[1],
+                                                .t0 = t0,
+                                                .tiles = T,
+                                                .tiles_per_group = tiles_per_group_io});
         {
           constexpr int RR = decltype(R)::value, QQ = decltype(Q)::value;
           const int64_t ctiles = O_pad / (SL * QQ);
@@ -519,12 +544,12 @@ void run_winograd(Launcher& L, const Conv2dProblem& p, const at::Tensor& x, cons
         const int64_t out_groups = ceil_div(O, S) * ceil_div(T, tiles_per_group_io);
         auto output = [&](auto DST_CL) {
           constexpr bool CL = decltype(DST_CL)::value;
-          L.launch<xk::conv2d_wino_output<CL, SL>, float>(
+          L.launch<xk::conv2d_wino_output<CL, SL>, E>(
               sycl::nd_range<1>(sycl::range<1>(out_groups * S), sycl::range<1>(S)),
               {.m = cptr<float>(m),
-               .bias = cptr_or_null<float>(bias),
-               .res = cptr_or_null<float>(res),
-               .dst = mptr<float>(dst),
+               .bias = cptr_or_null<E>(bias),
+               .res = cptr_or_null<E>(res),
+               .dst = mptr<E>(dst),
                .N = p.N,
                .O = O,
                .OH = p.OH,
@@ -542,7 +567,7 @@ void run_winograd(Launcher& L, const Conv2dProblem& p, const at::Tensor& x, cons
         else
           output(std::false_type{});
       }
-    }
+    });
   };
   // The table's Winograd GEMMs: 16 lanes x (6, 4) (AVX-512) and 8 lanes x (6, 2) (AVX2); see winograd_tile.
   using I = std::integral_constant<int, Conv2dConfig::kWideR>;
@@ -720,18 +745,18 @@ at::Tensor forward(Launcher L, const at::Tensor& input, const at::Tensor& weight
   XK_DISPATCH_DEVICE_TYPES(x.scalar_type(), "conv2d",
                            [&] { done = forward_pixel_gemm<T>(L, p, x, weight, prepacked, b, r, relu, out); });
   if (done) return p.batched ? out : out.view(p.out_sizes());
-  if (x.scalar_type() == at::kFloat) {
-    const Conv2dPackLayout layout = conv2d_pack_layout({p.O, p.C_per_group(), p.KH, p.KW}, p.groups, at::kFloat);
+  if (x.scalar_type() != at::kDouble) {  // float32, half, bfloat16 (conv2d_winograd_packs)
+    const Conv2dPackLayout layout = conv2d_pack_layout({p.O, p.C_per_group(), p.KH, p.KW}, p.groups, x.scalar_type());
     if (choose_winograd(L, p, layout)) {
       if (prepacked.defined()) {
-        run_winograd(L, p, x, cptr<float>(prepacked) + layout.winograd, layout.pad, b, r, relu, out);
-      } else {  // the weight transformed per call (training: the weight changes every step)
+        run_winograd(L, p, x, winograd_u(prepacked, layout), layout.pad, b, r, relu, out);
+      } else {  // the weight transformed per call (training: the weight changes every step), from float32
+        const at::Tensor w = weight.scalar_type() == at::kFloat ? weight : weight.to(at::kFloat);
         const int64_t O_pad = ceil_div(p.O, layout.pad) * layout.pad;
-        const at::Tensor u = empty({16 * O_pad * p.C}, x.options());
-        winograd_transform(L, cptr<float>(weight), p.O, p.C,
-                           {weight.stride(0), weight.stride(1), weight.stride(2), weight.stride(3)}, layout.pad,
-                           mptr<float>(u));
-        run_winograd(L, p, x, cptr<float>(u), layout.pad, b, r, relu, out);  // returns once done: u dies after
+        const at::Tensor u = empty({16 * O_pad * p.C}, x.options().dtype(at::kFloat));
+        winograd_transform(L, cptr<float>(w), p.O, p.C, {w.stride(0), w.stride(1), w.stride(2), w.stride(3)},
+                           layout.pad, mptr<float>(u));
+        run_winograd(L, p, x, cptr<float>(u), layout.pad, b, r, relu, out);  // returns once done: u, w die after
       }
       return p.batched ? out : out.view(p.out_sizes());
     }
@@ -986,9 +1011,7 @@ at::Tensor pack_weight_for(Launcher L, const at::Tensor& weight, int64_t groups)
   at::Tensor packed;
   XK_DISPATCH_DEVICE_TYPES(weight.scalar_type(), "pack_conv2d_weight", [&] {
     packed = pack_on_device<T>(L, weight, groups, /*transposed=*/false, l.group_lanes, l.pad, l.numel);
-    if constexpr (std::is_same_v<T, float>) {
-      if (l.winograd > 0) pack_winograd(L, weight, packed, l);
-    }
+    if (l.winograd > 0) pack_winograd(L, weight, packed, l);
   });
   L.finish(weight);
   return packed;

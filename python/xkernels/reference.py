@@ -198,11 +198,12 @@ def _t_pack_conv2d_weight(weight, groups=1):
     offset = conv2d_pack_winograd(weight.shape, groups, weight.dtype)
     if offset == 0:
         return packed
-    # Winograd weights: zeros up to the 64-byte boundary, then U as [16, panels, C, P]
-    u = weight.new_zeros(4, 4, Cpg, panels * P)
-    u[..., :O] = winograd_weight(weight).permute(2, 3, 1, 0)
-    u = u.view(16, Cpg, panels, P).permute(0, 2, 1, 3)
-    return torch.cat([packed, weight.new_zeros(offset - packed.numel()), u.reshape(-1)])
+    # Winograd weights: zeros up to the 64-byte boundary, then U as [16, panels, C, P], float32 for every type (for
+    # half and bfloat16 from the weight widened to float32, its floats stored as pairs of 16-bit elements)
+    u = weight.new_zeros(4, 4, Cpg, panels * P, dtype=torch.float32)
+    u[..., :O] = winograd_weight(weight.float()).permute(2, 3, 1, 0)
+    u = u.view(16, Cpg, panels, P).permute(0, 2, 1, 3).contiguous().view(-1).view(weight.dtype)
+    return torch.cat([packed, weight.new_zeros(offset - packed.numel()), u])
 
 
 def _t_unpack_conv2d_weight(packed, weight_shape, groups):

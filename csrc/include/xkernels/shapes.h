@@ -89,12 +89,14 @@ Conv2dProblem check_conv2d_backward(const at::Tensor& grad_output, const at::Ten
 //   lanes over channels, in panels of P = S*Q output channels: [G, ceil(O/G / P), KH, KW, C/G, P] (the last
 //   panel of each group zero-padded), then one zero element;
 //   lanes over groups (depthwise-like, conv2d_group_lanes_pay): [KH, KW, C/G, O/G, G zero-padded to S].
-// Lanes over channels, float32, 3x3, one group, at least kConv2dWinogradMinChannels input and output channels also
-// carry the Winograd F(2x2, 3x3) weights (conv2d_winograd_packs): after the trailing
-// zero, zeros up to a multiple of 16 elements (64 bytes: aligned vector loads), then U = G g G^T as
-// [16, ceil(O / P), C, P] (kernels/conv2d.hpp, Winograd; the output-channel panels zero-padded), starting at
-// element `winograd` (0: none). conv2d_packed runs it for stride 1, dilation 1 where sycl/conv2d.cpp's rule
-// and XKERNELS_CONV_WINOGRAD say so.
+// Lanes over channels, float32, half or bfloat16, 3x3, one group, at least kConv2dWinogradMinChannels input and
+// output channels also carry the Winograd F(2x2, 3x3) weights (conv2d_winograd_packs): after the trailing
+// zero, zeros up to a multiple of 64 bytes (aligned vector loads), then U = G g G^T as [16, ceil(O / P), C, P]
+// (kernels/conv2d.hpp, Winograd; the output-channel panels zero-padded), starting at element `winograd` (0:
+// none). U is float32 for every element type: for half and bfloat16 it is computed from the weight widened to
+// float32 and its floats are stored in the packed tensor's memory (two 16-bit elements each; `winograd` counts
+// elements of the packed tensor's type). conv2d_packed runs it for stride 1, dilation 1 where sycl/conv2d.cpp's
+// rule and XKERNELS_CONV_WINOGRAD say so.
 inline int64_t conv2d_pack_lanes(at::ScalarType t) { return t == at::kDouble ? 8 : 16; }
 constexpr int64_t kConv2dWideMinChannels = 48;  // the wide tile from this many channels per group
 inline int64_t conv2d_channel_vectors(int64_t channels_per_group) {
@@ -107,9 +109,12 @@ inline bool conv2d_group_lanes_pay(int64_t S, int64_t G, int64_t dst_pg) {
 }
 constexpr int64_t kConv2dWinogradMinChannels = 64;  // sycl/conv2d.cpp WinogradConfig: measured
 inline bool conv2d_winograd_packs(at::IntArrayRef weight_shape, int64_t groups, at::ScalarType dtype) {
-  return dtype == at::kFloat && groups == 1 && weight_shape[2] == 3 && weight_shape[3] == 3 &&
-         weight_shape[0] >= kConv2dWinogradMinChannels && weight_shape[1] >= kConv2dWinogradMinChannels;
+  return (dtype == at::kFloat || dtype == at::kHalf || dtype == at::kBFloat16) && groups == 1 && weight_shape[2] == 3 &&
+         weight_shape[3] == 3 && weight_shape[0] >= kConv2dWinogradMinChannels &&
+         weight_shape[1] >= kConv2dWinogradMinChannels;
 }
+// Elements of the packed tensor's type per float32 of U (1 for float32, 2 for half and bfloat16).
+inline int64_t conv2d_winograd_elements_per_float(at::ScalarType dtype) { return dtype == at::kFloat ? 1 : 2; }
 struct Conv2dPackLayout {
   bool group_lanes = false;
   int64_t lanes = 0, pad = 0, numel = 0;  // pad: the panel width P (lanes over channels) or G padded

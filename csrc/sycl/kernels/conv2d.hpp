@@ -1074,7 +1074,8 @@ void conv2d_pack_groups::run(item_arg<1> ia, const params<T>& p) {
   wpk[e] = g < G ? w[(g * Opg + o) * p.wO + c * p.wC + kh * p.wH + kw * p.wW] : T{};
 }
 
-// ------------------------------------------------------------------ Winograd F(2x2, 3x3) (conv2d_packed, float32)
+// ------------------------------------------------------------------ Winograd F(2x2, 3x3) (conv2d_packed: float32,
+//                                                                    and half / bfloat16 through float32 scratch)
 // For 3x3 kernels with stride 1, dilation 1 and one group, each 2x2 block of output pixels (a "tile") is
 //     Y = A^T [ sum over input channels c of (G g_c G^T) (.) (B^T d_c B) ] A
 // with d_c the 4x4 input patch of channel c (zero outside the input), g_c the 3x3 weights of (o, c), (.) the
@@ -1082,7 +1083,9 @@ void conv2d_pack_groups::run(item_arg<1> ia, const params<T>& p) {
 //     B^T = [1 0 -1 0; 0 1 1 0; 0 -1 1 0; 0 1 0 -1],  G = [1 0 0; 1/2 1/2 1/2; 1/2 -1/2 1/2; 0 0 1],
 //     A^T = [1 1 1 0; 0 1 -1 -1]
 // (Lavin & Gray 2015): 16 multiplications per tile and channel pair instead of 36. Three kernels, over a chunk of
-// tiles [t0, t0 + T) (the host cuts the tiles into chunks so that the scratch stays in cache):
+// tiles [t0, t0 + T) (the host cuts the tiles into chunks so that the scratch stays in cache). V, U and M are
+// float32 for every element type: a half or bfloat16 input is widened when it is transformed and the output
+// rounded once when stored, so the GEMM does no conversion and its products are those of the float32 path:
 //   conv2d_wino_input:  V[xi, t, c]    = (B^T d_c B)[xi] of tile t0 + t    (scratch, [16][T][C])
 //   conv2d_wino_gemm:   M[xi, t, o]    = sum over c of V[xi, t, c] * U[xi, c, o]: 16 GEMMs [T x C] x [C x O]
 //                                        (scratch [16][T][O_pad]), tiled as conv2d_igemm (lanes over o, R tiles
@@ -1150,7 +1153,7 @@ inline void wino_weight_transform(const A (&g)[3][3], A (&u)[4][4]) {
 template <typename T>
 struct conv2d_wino_input_params {
   const T* src;  // [N, C, H, W], element strides (sN, sC, sH, sW): any layout (channels_last: vector loads)
-  T* v;          // [16][T][C]
+  acc_t<T>* v;   // [16][T][C] (float32 for half and bfloat16 too)
   int64_t N, C, H, W, sN, sC, sH, sW, TH, TW, ph, pw, t0, tiles, tiles_per_group;
 };
 template <int S>
@@ -1158,7 +1161,7 @@ struct conv2d_wino_input {
   static constexpr int dims = 1;
   static constexpr int sub_group = S;
   static constexpr bool lane_variant = true;  // built for the one width the host launches
-  using types = type_list<float>;
+  using types = type_list<float, half, bf16>;
   template <typename T>
   using params = conv2d_wino_input_params<T>;
   template <typename T>
@@ -1187,7 +1190,7 @@ struct conv2d_wino_gemm {
 
 template <typename T>
 struct conv2d_wino_output_params {
-  const T* m;  // [16][T][O_pad]
+  const acc_t<T>* m;  // [16][T][O_pad] (float32 for half and bfloat16 too)
   const T* bias;
   const T* res;  // residual in dst's layout, or null
   T* dst;        // [N, O, OH, OW] (DST_CL: channels_last memory)
@@ -1199,7 +1202,7 @@ struct conv2d_wino_output {
   static constexpr int dims = 1;
   static constexpr int sub_group = S;
   static constexpr bool lane_variant = true;  // built for the one width the host launches
-  using types = type_list<float>;
+  using types = type_list<float, half, bf16>;
   template <typename T>
   using params = conv2d_wino_output_params<T>;
   template <typename T>
@@ -1274,7 +1277,7 @@ void conv2d_wino_input<S>::run(item_arg<1> ia, const params<T>& p) {
       XK_UNROLL
       for (int i = 0; i < 4; ++i) {
         XK_UNROLL
-        for (int j = 0; j < 4; ++j) store<T>(v, ((i * 4 + j) * T_ + t) * C + c, vt[i][j]);
+        for (int j = 0; j < 4; ++j) v[((i * 4 + j) * T_ + t) * C + c] = vt[i][j];
       }
     }
   }
@@ -1379,7 +1382,7 @@ void conv2d_wino_output<DST_CL, S>::run(item_arg<1> ia, const params<T>& p) {
     XK_UNROLL
     for (int i = 0; i < 4; ++i) {
       XK_UNROLL
-      for (int j = 0; j < 4; ++j) mt[i][j] = load<T>(mm, ((i * 4 + j) * T_ + t) * O_pad + o);
+      for (int j = 0; j < 4; ++j) mt[i][j] = mm[((i * 4 + j) * T_ + t) * O_pad + o];
     }
     A y[2][2];
     wino_output_transform(mt, y);
@@ -1442,7 +1445,7 @@ using conv2d_lane_base =
                 conv2d_grad_bias<S>, conv2d_pack_panels<S>>;
 using conv2d_avx2_tiles = kernel_list<conv2d_igemm<true, 8, 6, 2>, conv2d_igemm<false, 8, 6, 2>,
                                       conv2d_grad_weight<8, 6, 2>, conv2d_wino_gemm<8, 6, 2>>;
-// Winograd (float32, CPU lane widths only: the packed weights are for CPU tensors).
+// Winograd (CPU lane widths only: the packed weights are for CPU tensors; the GEMM and U are float32 for every type).
 template <int S>
 using conv2d_wino_kernels =
     kernel_list<conv2d_wino_input<S>, conv2d_wino_output<true, S>, conv2d_wino_output<false, S>>;
