@@ -464,22 +464,7 @@ void pack_winograd(Launcher& L, const at::Tensor& weight, at::Tensor& packed, co
   const at::Tensor w = weight.scalar_type() == at::kFloat ? weight : weight.to(at::kFloat);
   winograd_transform(L, cptr<float>(w), O, C, {w.stride(0), w.stride(1), w.stride(2), w.stride(3)}, l.pad,
                      const_cast<float*>(winograd_u(packed, l)));
-  L.finish(w);  // w may be a temporary
-}
-
-template <typename T>
-struct TypeTag {
-  using type = T;
-};
-// Calls f(TypeTag<T>{}) with T the device type of a Winograd element type (float32, half, bfloat16).
-template <typename F>
-void with_winograd_type(at::ScalarType t, F&& f) {
-  switch (t) {
-    case at::kFloat: return f(TypeTag<float>{});
-    case at::kHalf: return f(TypeTag<device_type_t<at::Half>>{});
-    case at::kBFloat16: return f(TypeTag<device_type_t<at::BFloat16>>{});
-    default: TORCH_CHECK(false, "xkernels.conv2d: no Winograd kernels for ", t);
-  }
+  if (!w.is_same(weight)) L.finish(w);  // a widened temporary: dies when this returns
 }
 
 // The three Winograd kernels over chunks of tiles, with the conv2d_relu epilogue (res, relu). x: the 4-D input,
@@ -501,72 +486,75 @@ void run_winograd(Launcher& L, const Conv2dProblem& p, const at::Tensor& x, cons
     return std::max<int64_t>(1, std::min(W::kMaxTransformTiles, chunk * blocks / Conv2dConfig::kTargetGroups));
   }();
   auto launch_with = [&](auto S_, auto R, auto Q) {
-    with_winograd_type(x.scalar_type(), [&](auto type) {
-      using E = typename decltype(type)::type;  // the element type (T is the chunk's tile count)
+    XK_DISPATCH_DEVICE_TYPES(x.scalar_type(), "conv2d", [&] {
+      using E = T;  // the element type (the loop's T below is the chunk's tile count)
       constexpr int SL = decltype(S_)::value;
-      for (int64_t t0 = 0; t0 < total; t0 += chunk) {
-        const int64_t T = std::min(chunk, total - t0);
-        const int64_t in_groups = ceil_div(C, S) * ceil_div(T, tiles_per_group_io);
-        L.launch<xk::conv2d_wino_input<SL>, E>(sycl::nd_range<1>(sycl::range<1>(in_groups * S), sycl::range<1>(S)),
-                                               {.src = cptr<E>(x),
-                                                .v = mptr<float>(v),
-                                                .N = p.N,
-                                                .C = C,
-                                                .H = x.size(2),
-                                                .W = x.size(3),
-                                                .sN = x.stride(0),
-                                                .sC = x.stride(1),
-                                                .sH = x.stride(2),
-                                                .sW = x.stride(3),
-                                                .TH = TH,
-                                                .TW = TW,
-                                                .ph = p.padding[0],
-                                                .pw = p.padding[1],
-                                                .t0 = t0,
-                                                .tiles = T,
-                                                .tiles_per_group = tiles_per_group_io});
-        {
-          constexpr int RR = decltype(R)::value, QQ = decltype(Q)::value;
-          const int64_t ctiles = O_pad / (SL * QQ);
-          const Conv2dTiling tiling = choose_tiling(L.traits(), C, ceil_div(T, RR), 16 * ctiles);
-          const int64_t groups = 16 * ctiles * ceil_div(ceil_div(T, RR), tiling.tiles_per_group);
-          L.launch<xk::conv2d_wino_gemm<SL, RR, QQ>, float>(
-              sycl::nd_range<1>(sycl::range<1>(groups * S), sycl::range<1>(S)),
-              {.v = cptr<float>(v),
-               .u = u,
-               .m = mptr<float>(m),
-               .tiles = T,
-               .C = C,
-               .O_pad = O_pad,
-               .panel = panel,
-               .tiles_per_group = tiling.tiles_per_group});
+      // float64 never packs U (shapes.h conv2d_winograd_packs), so choose_winograd never sends it here.
+      TORCH_CHECK((!std::is_same_v<E, double>), "xkernels.conv2d: no Winograd kernels for float64");
+      if constexpr (!std::is_same_v<E, double>)
+        for (int64_t t0 = 0; t0 < total; t0 += chunk) {
+          const int64_t T = std::min(chunk, total - t0);
+          const int64_t in_groups = ceil_div(C, S) * ceil_div(T, tiles_per_group_io);
+          L.launch<xk::conv2d_wino_input<SL>, E>(sycl::nd_range<1>(sycl::range<1>(in_groups * S), sycl::range<1>(S)),
+                                                 {.src = cptr<E>(x),
+                                                  .v = mptr<float>(v),
+                                                  .N = p.N,
+                                                  .C = C,
+                                                  .H = x.size(2),
+                                                  .W = x.size(3),
+                                                  .sN = x.stride(0),
+                                                  .sC = x.stride(1),
+                                                  .sH = x.stride(2),
+                                                  .sW = x.stride(3),
+                                                  .TH = TH,
+                                                  .TW = TW,
+                                                  .ph = p.padding[0],
+                                                  .pw = p.padding[1],
+                                                  .t0 = t0,
+                                                  .tiles = T,
+                                                  .tiles_per_group = tiles_per_group_io});
+          {
+            constexpr int RR = decltype(R)::value, QQ = decltype(Q)::value;
+            const int64_t ctiles = O_pad / (SL * QQ);
+            const Conv2dTiling tiling = choose_tiling(L.traits(), C, ceil_div(T, RR), 16 * ctiles);
+            const int64_t groups = 16 * ctiles * ceil_div(ceil_div(T, RR), tiling.tiles_per_group);
+            L.launch<xk::conv2d_wino_gemm<SL, RR, QQ>, float>(
+                sycl::nd_range<1>(sycl::range<1>(groups * S), sycl::range<1>(S)),
+                {.v = cptr<float>(v),
+                 .u = u,
+                 .m = mptr<float>(m),
+                 .tiles = T,
+                 .C = C,
+                 .O_pad = O_pad,
+                 .panel = panel,
+                 .tiles_per_group = tiling.tiles_per_group});
+          }
+          const int64_t out_groups = ceil_div(O, S) * ceil_div(T, tiles_per_group_io);
+          auto output = [&](auto DST_CL) {
+            constexpr bool CL = decltype(DST_CL)::value;
+            L.launch<xk::conv2d_wino_output<CL, SL>, E>(
+                sycl::nd_range<1>(sycl::range<1>(out_groups * S), sycl::range<1>(S)),
+                {.m = cptr<float>(m),
+                 .bias = cptr_or_null<E>(bias),
+                 .res = cptr_or_null<E>(res),
+                 .dst = mptr<E>(dst),
+                 .N = p.N,
+                 .O = O,
+                 .OH = p.OH,
+                 .OW = p.OW,
+                 .TH = TH,
+                 .TW = TW,
+                 .O_pad = O_pad,
+                 .t0 = t0,
+                 .tiles = T,
+                 .tiles_per_group = tiles_per_group_io,
+                 .relu = relu ? 1 : 0});
+          };
+          if (p.channels_last)
+            output(std::true_type{});
+          else
+            output(std::false_type{});
         }
-        const int64_t out_groups = ceil_div(O, S) * ceil_div(T, tiles_per_group_io);
-        auto output = [&](auto DST_CL) {
-          constexpr bool CL = decltype(DST_CL)::value;
-          L.launch<xk::conv2d_wino_output<CL, SL>, E>(
-              sycl::nd_range<1>(sycl::range<1>(out_groups * S), sycl::range<1>(S)),
-              {.m = cptr<float>(m),
-               .bias = cptr_or_null<E>(bias),
-               .res = cptr_or_null<E>(res),
-               .dst = mptr<E>(dst),
-               .N = p.N,
-               .O = O,
-               .OH = p.OH,
-               .OW = p.OW,
-               .TH = TH,
-               .TW = TW,
-               .O_pad = O_pad,
-               .t0 = t0,
-               .tiles = T,
-               .tiles_per_group = tiles_per_group_io,
-               .relu = relu ? 1 : 0});
-        };
-        if (p.channels_last)
-          output(std::true_type{});
-        else
-          output(std::false_type{});
-      }
     });
   };
   // The table's Winograd GEMMs: 16 lanes x (6, 4) (AVX-512) and 8 lanes x (6, 2) (AVX2); see winograd_tile.
@@ -745,7 +733,7 @@ at::Tensor forward(Launcher L, const at::Tensor& input, const at::Tensor& weight
   XK_DISPATCH_DEVICE_TYPES(x.scalar_type(), "conv2d",
                            [&] { done = forward_pixel_gemm<T>(L, p, x, weight, prepacked, b, r, relu, out); });
   if (done) return p.batched ? out : out.view(p.out_sizes());
-  if (x.scalar_type() != at::kDouble) {  // float32, half, bfloat16 (conv2d_winograd_packs)
+  {  // float32, half, bfloat16: the layout carries U only for those (shapes.h conv2d_winograd_packs)
     const Conv2dPackLayout layout = conv2d_pack_layout({p.O, p.C_per_group(), p.KH, p.KW}, p.groups, x.scalar_type());
     if (choose_winograd(L, p, layout)) {
       if (prepacked.defined()) {

@@ -114,7 +114,9 @@ inline bool conv2d_winograd_packs(at::IntArrayRef weight_shape, int64_t groups, 
          weight_shape[1] >= kConv2dWinogradMinChannels;
 }
 // Elements of the packed tensor's type per float32 of U (1 for float32, 2 for half and bfloat16).
-inline int64_t conv2d_winograd_elements_per_float(at::ScalarType dtype) { return dtype == at::kFloat ? 1 : 2; }
+inline int64_t conv2d_winograd_elements_per_float(at::ScalarType dtype) {
+  return static_cast<int64_t>(sizeof(float) / c10::elementSize(dtype));
+}
 struct Conv2dPackLayout {
   bool group_lanes = false;
   int64_t lanes = 0, pad = 0, numel = 0;  // pad: the panel width P (lanes over channels) or G padded
