@@ -99,11 +99,18 @@ def test_unbatched_and_strided_input(sycl_cpu, monkeypatch):
     x, w, b, r, pad = _tensors(CASES["odd"], False)
     packed = xkernels.pack_conv2d_weight(w)
     view = torch.randn(2, 140, 7, 9)[:, ::2]  # channel stride 2
+    # channel stride 1 (the vector-load input transform) with row stride 2 * W * C and an offset start
+    view_cl = torch.randn(2, 70, 15, 9).contiguous(memory_format=torch.channels_last)[:, :, 1::2]
+    assert view_cl.stride(1) == 1 and not view_cl.is_contiguous(memory_format=torch.channels_last)
     before = _calls()
     with torch.no_grad():
         out3 = xkernels.conv2d_packed(x[1], packed, w.shape, b, padding=pad)
         outv = xkernels.conv2d_packed(view, packed, w.shape, b, padding=pad)
-    assert _calls() == before + 2
+        outc = xkernels.conv2d_packed(view_cl, packed, w.shape, b, padding=pad)
+    assert _calls() == before + 3
+    assert_close(
+        outc, F.conv2d(view_cl.double(), w.double(), b.double(), padding=pad), torch.float32, "cl view", terms=630
+    )
     assert out3.shape == (100, 7, 9)
     assert_close(
         out3, F.conv2d(x[1].double(), w.double(), b.double(), padding=pad), torch.float32, "unbatched", terms=630

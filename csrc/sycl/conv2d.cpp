@@ -477,8 +477,13 @@ void run_winograd(Launcher& L, const Conv2dProblem& p, const at::Tensor& x, cons
   const Tile tile = winograd_tile(S, L.traits().vector_registers());
   const int64_t C = p.C, O = p.O, O_pad = ceil_div(O, panel) * panel;
   const int64_t TH = ceil_div(p.OH, 2), TW = ceil_div(p.OW, 2), total = p.N * TH * TW;
-  const int64_t chunk =
-      std::min(total, std::max(W::kMinChunkTiles, W::kChunkBytes / (16 * (C + O_pad) * int64_t(sizeof(float)))));
+  // Chunks of about kChunkBytes of scratch, the tiles split evenly among them (784 tiles: 2 x 392, not 768 + 16);
+  // each tile's result does not depend on the chunk it falls in.
+  const int64_t chunk = [&] {
+    const int64_t most =
+        std::min(total, std::max(W::kMinChunkTiles, W::kChunkBytes / (16 * (C + O_pad) * int64_t(sizeof(float)))));
+    return ceil_div(total, ceil_div(total, most));
+  }();
   const at::Tensor v = empty({16 * chunk * C}, x.options().dtype(at::kFloat));
   const at::Tensor m = empty({16 * chunk * O_pad}, x.options().dtype(at::kFloat));
   const int64_t tiles_per_group_io = [&] {
@@ -495,24 +500,28 @@ void run_winograd(Launcher& L, const Conv2dProblem& p, const at::Tensor& x, cons
         for (int64_t t0 = 0; t0 < total; t0 += chunk) {
           const int64_t T = std::min(chunk, total - t0);
           const int64_t in_groups = ceil_div(C, S) * ceil_div(T, tiles_per_group_io);
-          L.launch<xk::conv2d_wino_input<SL>, E>(sycl::nd_range<1>(sycl::range<1>(in_groups * S), sycl::range<1>(S)),
-                                                 {.src = cptr<E>(x),
-                                                  .v = mptr<float>(v),
-                                                  .N = p.N,
-                                                  .C = C,
-                                                  .H = x.size(2),
-                                                  .W = x.size(3),
-                                                  .sN = x.stride(0),
-                                                  .sC = x.stride(1),
-                                                  .sH = x.stride(2),
-                                                  .sW = x.stride(3),
-                                                  .TH = TH,
-                                                  .TW = TW,
-                                                  .ph = p.padding[0],
-                                                  .pw = p.padding[1],
-                                                  .t0 = t0,
-                                                  .tiles = T,
-                                                  .tiles_per_group = tiles_per_group_io});
+          const xk::conv2d_wino_input_params<E> in_params{.src = cptr<E>(x),
+                                                          .v = mptr<float>(v),
+                                                          .N = p.N,
+                                                          .C = C,
+                                                          .H = x.size(2),
+                                                          .W = x.size(3),
+                                                          .sN = x.stride(0),
+                                                          .sC = x.stride(1),
+                                                          .sH = x.stride(2),
+                                                          .sW = x.stride(3),
+                                                          .TH = TH,
+                                                          .TW = TW,
+                                                          .ph = p.padding[0],
+                                                          .pw = p.padding[1],
+                                                          .t0 = t0,
+                                                          .tiles = T,
+                                                          .tiles_per_group = tiles_per_group_io};
+          const sycl::nd_range<1> in_range(sycl::range<1>(in_groups * S), sycl::range<1>(S));
+          if (x.stride(1) == 1)  // channels_last memory: vector loads over the channel lanes
+            L.launch<xk::conv2d_wino_input<true, SL>, E>(in_range, in_params);
+          else
+            L.launch<xk::conv2d_wino_input<false, SL>, E>(in_range, in_params);
           {
             constexpr int RR = decltype(R)::value, QQ = decltype(Q)::value;
             const int64_t ctiles = O_pad / (SL * QQ);
