@@ -431,12 +431,11 @@ bool choose_winograd(const Launcher& L, const Conv2dProblem& p, const Conv2dPack
 // U = G g G^T of the 3x3 weight w [O, C, 3, 3] (element strides wO..wW, any sign) into u [16][O_pad / panel][C][panel].
 void winograd_transform(Launcher& L, const float* w, int64_t O, int64_t C, std::array<int64_t, 4> ws, int64_t panel,
                         float* u) {
-  const int64_t O_pad = ceil_div(O, panel) * panel, total = O_pad * C;
-  const int64_t local =
-      std::min<int64_t>(Conv2dConfig::kReduceLocal, static_cast<int64_t>(L.traits().max_work_group_size));
+  const int64_t O_pad = ceil_div(O, panel) * panel, rows = O_pad / panel * C;
+  constexpr int64_t kLanes = 16;  // conv2d_wino_pack's sub-group: lanes over a panel row's columns
   L.launch<xk::conv2d_wino_pack, float>(
-      sycl::nd_range<1>(sycl::range<1>(std::min(ceil_div(total, local), Conv2dConfig::kReduceMaxGroups) * local),
-                        sycl::range<1>(local)),
+      sycl::nd_range<1>(sycl::range<1>(std::min(rows, Conv2dConfig::kReduceMaxGroups) * kLanes),
+                        sycl::range<1>(kLanes)),
       {.w = w,
        .u = u,
        .O = O,
