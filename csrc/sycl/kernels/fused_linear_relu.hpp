@@ -317,10 +317,10 @@ void linear_gemm_panel<BIAS, RELU, S>::run(item_arg<1> ia, const params<T>& p) {
 }
 
 // Packs a GEMM B operand for linear_gemm_panel: packed[p][k][c] = B[k * b_ks + n * b_ns] with
-// n = p * kCols + c, zero for n >= N. Lanes walk c: with b_ns == 1 (B rows contiguous, the
-// backward GEMMs) loads and stores are whole vectors; otherwise (W^T in the forward pass) the loads
-// are gathers over kCols rows of W, each cache line of which serves 16 consecutive k — a transpose
-// that cannot avoid one strided side, kept to the read side so the stores stay contiguous.
+// n = p * kCols + c, zero for n >= N. With b_ns == 1 (B rows contiguous, the backward GEMMs) lanes walk c
+// and loads and stores are whole vectors. With b_ks == 1 (W^T in the forward pass) the copy is a transpose
+// that cannot avoid one strided side: lanes walk k, loads are whole vectors and the stores scatter (below).
+// Any other strides: lanes walk c and the loads gather.
 // Launch: 1-D, local size 16, one work-group per (k chunk, panel), k chunks fastest.
 template <typename T>
 void linear_pack_panels::run(item_arg<1> ia, const params<T>& p) {
@@ -349,6 +349,27 @@ void linear_pack_panels::run(item_arg<1> ia, const params<T>& p) {
     const T* src = B + n0 + lane;
     for (int64_t k = k0; k < k1; ++k) XK_UNROLL
     for (int j = 0; j < V; ++j) dst[k * G::kCols + j * S] = ok[j] ? src[k * b_ks + j * S] : zero;
+  } else if (b_ks == 1) {
+    // W^T (k contiguous): lanes over k instead. A load is then one cache line of column n (16 consecutive k)
+    // and a store scatters over 16 packed rows kCols apart, all inside one 4 KiB block of the panel. Lanes
+    // over n read 16 columns b_ns apart per load: with a power-of-two b_ns (1024 input features) those lines
+    // all fall into the same L1 sets and evict each other before the next k reuses them.
+    T* out = packed + panel * K * G::kCols;
+    const T* col = B + n0 * b_ns;
+    for (int64_t kb = k0; kb < k1; kb += S) {
+      const int64_t k = kb + lane;
+      if (kb + S <= k1) {  // uniform: no masked stores (vmaskmovps is microcoded on AMD CPUs)
+        for (int c = 0; c < G::kCols; ++c) {
+          const bool in = n0 + c < N;  // uniform; columns past N read column n0 and store 0
+          out[k * G::kCols + c] = in ? col[(in ? c : 0) * b_ns + k] : zero;
+        }
+      } else if (k < k1) {
+        for (int c = 0; c < G::kCols; ++c) {
+          const bool in = n0 + c < N;  // uniform; columns past N read column n0 and store 0
+          out[k * G::kCols + c] = in ? col[(in ? c : 0) * b_ns + k] : zero;
+        }
+      }
+    }
   } else {
     const T* src = B + (n0 + lane) * b_ns;
     for (int64_t k = k0; k < k1; ++k) XK_UNROLL
