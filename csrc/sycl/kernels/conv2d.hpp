@@ -1426,7 +1426,7 @@ void conv2d_wino_pack::run(item_arg<1> ia, const params<T>& p) {
   for (int64_t row = grp * per_group; row < row_end; ++row) {
     const int64_t pi = row / p.C, c = row - pi * p.C;
     const T* wc = p.w + c * p.wC;
-    for (int64_t jj = lane; jj < p.panel; jj += lanes) {
+    auto column = [&](int64_t jj) {
       const int64_t o = pi * p.panel + jj, e = row * p.panel + jj;
       const bool in = o < p.O;
       A g[3][3];
@@ -1445,6 +1445,12 @@ void conv2d_wino_pack::run(item_arg<1> ia, const params<T>& p) {
         XK_UNROLL
         for (int j = 0; j < 4; ++j) store<T>(p.u, (i * 4 + j) * plane + e, uu[i][j]);
       }
+    };
+    for (int64_t j0 = 0; j0 < p.panel; j0 += lanes) {
+      if (j0 + lanes <= p.panel)  // uniform: unmasked stores (AVX2 masks them with vmaskmovps, microcoded on AMD)
+        column(j0 + lane);
+      else if (j0 + lane < p.panel)
+        column(j0 + lane);
     }
   }
 }
