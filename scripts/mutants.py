@@ -586,6 +586,25 @@ MUTANTS: list[Mutant] = [
         "SYCL conv2d grad_input: taps between strided columns counted",
     ),
     M(
+        "sycl-conv-grad-bias-cl-one-channel",
+        "csrc/sycl/kernels/conv2d.hpp",
+        "    if (o0 + S <= O)\n      sum(go + (GO_CL ? o : o * sC));",
+        "    if (o0 + S <= O)\n      sum(go + (GO_CL ? o0 : o * sC));",
+        f"{T_CONV} -k 'sycl and lane_blocks'",
+        "SYCL conv2d grad_bias, channels_last full lane blocks: every lane sums the block's first channel",
+    ),
+    M(
+        "sycl-conv-winograd-input-variant-swapped",
+        "csrc/sycl/conv2d.cpp",
+        "if (x.stride(1) == 1)  // channels_last memory: vector loads over the channel lanes\n"
+        "            L.launch<xk::conv2d_wino_input<true, SL>, E>",
+        "if (x.stride(1) != 1)  // channels_last memory: vector loads over the channel lanes\n"
+        "            L.launch<xk::conv2d_wino_input<true, SL>, E>",
+        "tests/test_conv2d_winograd.py -k sycl",
+        "SYCL conv2d Winograd: the channel-stride-1 input transform chosen for NCHW input (and the strided one for "
+        "channels_last)",
+    ),
+    M(
         "sycl-conv-grad-bias-last-pixel",
         "csrc/sycl/kernels/conv2d.hpp",
         "const int64_t me = (mb + chunk < M) ? mb + chunk : M;\n  A acc = A(0);",

@@ -104,6 +104,33 @@ def test_channels_last_grads_format(backend):
     assert memory_formats(gw) == memory_formats(rgw) == (False, True)
 
 
+@pytest.mark.parametrize("layout", ["nchw", "channels_last", "nchw_frozen_weight"])
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_grads_with_full_and_partial_lane_blocks(backend, dtype, layout):
+    """40 output channels: full 16- (or 8-) channel lane blocks and a partial one, so grad_bias's unmasked
+    (uniform) and masked paths both run, reading grad_output channels_last (vector loads; also what an NCHW
+    grad_output becomes when grad_weight needs it) or NCHW (a frozen weight: strided loads); every gradient
+    against float64 with the tolerance for its number of terms (grad_input 40 * 9, the others 2 * 9 * 7)."""
+    case = Case(2, 8, 9, 7, 40, 3, 3, padding=1)
+    x, w, b = case.tensors(dtype)
+    if layout == "channels_last":
+        x, w = x.to(memory_format=CL), w.to(memory_format=CL)
+    wants = (True, layout != "nchw_frozen_weight", True)
+    ours = [t.detach().requires_grad_(r) for t, r in zip((x, w, b), wants)]
+    ref = [t.detach().double().requires_grad_(r) for t, r in zip((x, w, b), wants)]
+    out = case.ours(*ours)
+    expected = case.oracle(*ref)
+    go = randn(*out.shape, dtype=dtype)
+    if layout == "channels_last":
+        go = go.to(memory_format=CL)
+    pick = [i for i, r in enumerate(wants) if r]
+    grads = torch.autograd.grad(out, [ours[i] for i in pick], go)
+    ref_grads = torch.autograd.grad(expected, [ref[i] for i in pick], go.double())
+    terms = (40 * 9, 2 * 9 * 7, 2 * 9 * 7)
+    for i, g, rg in zip(pick, grads, ref_grads):
+        assert_close(g, rg, dtype, f"conv2d[{layout}, 40 channels]: grad of {NAMES[i]}", terms=terms[i])
+
+
 def _layout(kind, case, dtype):
     x, w, b = case.tensors(dtype)
     N, C, H, W = x.shape

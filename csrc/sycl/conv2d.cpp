@@ -971,19 +971,23 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> backward(Launcher L, const at::Te
         const int64_t tiles = O_pad / S;
         const int64_t splits = pixel_splits(M, tiles, O_pad);
         at::Tensor part = empty({splits, O_pad}, acc_opts);
-        L.launch<xk::conv2d_grad_bias<SL>, T>(sycl::nd_range<1>(sycl::range<1>(splits * tiles * S), sycl::range<1>(S)),
-                                              {.go = cptr<T>(g),
-                                               .part = part.mutable_data_ptr<acc>(),
-                                               .N = p.N,
-                                               .O = p.O,
-                                               .OH = p.OH,
-                                               .OW = p.OW,
-                                               .sN = g.stride(0),
-                                               .sC = g.stride(1),
-                                               .sH = g.stride(2),
-                                               .sW = g.stride(3),
-                                               .O_pad = O_pad,
-                                               .splits = splits});
+        const xk::conv2d_grad_bias_params<T> gb_params{.go = cptr<T>(g),
+                                                       .part = part.mutable_data_ptr<acc>(),
+                                                       .N = p.N,
+                                                       .O = p.O,
+                                                       .OH = p.OH,
+                                                       .OW = p.OW,
+                                                       .sN = g.stride(0),
+                                                       .sC = g.stride(1),
+                                                       .sH = g.stride(2),
+                                                       .sW = g.stride(3),
+                                                       .O_pad = O_pad,
+                                                       .splits = splits};
+        const sycl::nd_range<1> gb_range(sycl::range<1>(splits * tiles * S), sycl::range<1>(S));
+        if (g.stride(1) == 1)  // channels_last memory: vector loads over the channel lanes
+          L.launch<xk::conv2d_grad_bias<true, SL>, T>(gb_range, gb_params);
+        else
+          L.launch<xk::conv2d_grad_bias<false, SL>, T>(gb_range, gb_params);
         launch_reduce<T>(L, part, gb, 1, p.O, O_pad, 1, 1, 1, false);
         L.finish(go);
       }

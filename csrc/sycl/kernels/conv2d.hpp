@@ -142,7 +142,7 @@ struct conv2d_grad_bias_params {
   acc_t<T>* part;
   int64_t N, O, OH, OW, sN, sC, sH, sW, O_pad, splits;
 };
-template <int S>
+template <bool GO_CL, int S>
 struct conv2d_grad_bias {
   static constexpr int dims = 1;
   static constexpr int sub_group = S;
@@ -802,12 +802,14 @@ void conv2d_grad_weight_groups<S, R>::run(item_arg<1> ia, const params<T>& p) {
 
 // ------------------------------------------------------------------ grad_bias partial sums
 // part[s, o] (o padded to O_pad, a multiple of S) = sum over the pixels m of split s of grad_output[m, o],
-// M = N*OH*OW pixels; grad_output [N, O, OH, OW] has element strides (sN, sC, sH, sW): lanes run
-// over channels, so channels_last (sC = 1) gives vector loads, NCHW gathers.
+// M = N*OH*OW pixels; grad_output [N, O, OH, OW] has element strides (sN, sC, sH, sW): lanes run over channels.
+// GO_CL: sC is 1 (channels_last memory), so a lane's address is the uniform pixel offset + o and the CPU
+// vectorizer loads a vector per pixel; with the run-time sC (NCHW, or GO_CL false) it gathers. A tile whose
+// channels are all below O takes an unmasked path (uniform branch); the last one masks.
 // Launch: nd_range<1>, local size S, global size S * splits * (O_pad / S).
-template <int S>
+template <bool GO_CL, int S>
 template <typename T>
-void conv2d_grad_bias<S>::run(item_arg<1> ia, const params<T>& p) {
+void conv2d_grad_bias<GO_CL, S>::run(item_arg<1> ia, const params<T>& p) {
   const auto go = p.go;
   const auto part = p.part;
   const auto N = p.N;
@@ -825,19 +827,19 @@ void conv2d_grad_bias<S>::run(item_arg<1> ia, const params<T>& p) {
   const int64_t lane = static_cast<int64_t>(it.get_local_id(0));
   const int64_t tile = static_cast<int64_t>(it.get_group(0));
   const int64_t otiles = O_pad / S;
-  const int64_t o = (tile % otiles) * S + lane;
+  const int64_t o0 = (tile % otiles) * S, o = o0 + lane;
   const int64_t s = tile / otiles;
   const int64_t M = N * OH * OW;
   const int64_t chunk = (M + splits - 1) / splits;
   const int64_t mb = s * chunk;
   const int64_t me = (mb + chunk < M) ? mb + chunk : M;
   A acc = A(0);
-  if (o < O && mb < me) {
+  auto sum = [&](const T* lane_go) {
     int64_t n = mb / (OH * OW);
     const int64_t rem = mb - n * (OH * OW);
     int64_t oy = rem / OW, ox = rem - oy * OW;
     for (int64_t m = mb; m < me; ++m) {
-      acc += load<T>(go, n * sN + o * sC + oy * sH + ox * sW);
+      acc += load<T>(lane_go, n * sN + oy * sH + ox * sW);
       if (++ox == OW) {
         ox = 0;
         if (++oy == OH) {
@@ -846,6 +848,12 @@ void conv2d_grad_bias<S>::run(item_arg<1> ia, const params<T>& p) {
         }
       }
     }
+  };
+  if (mb < me) {
+    if (o0 + S <= O)
+      sum(go + (GO_CL ? o : o * sC));
+    else if (o < O)
+      sum(go + (GO_CL ? o : o * sC));
   }
   part[s * O_pad + o] = acc;
 }
@@ -1465,7 +1473,7 @@ using conv2d_lane_base =
     kernel_list<conv2d_igemm<true, S, 6, 4>, conv2d_igemm<false, S, 6, 4>, conv2d_igemm<true, S, 8, 1>,
                 conv2d_igemm<false, S, 8, 1>, conv2d_igemm_groups<true, S, 8>, conv2d_igemm_groups<false, S, 8>,
                 conv2d_grad_weight<S, 6, 4>, conv2d_grad_weight<S, 8, 1>, conv2d_grad_weight_groups<S, 9>,
-                conv2d_grad_bias<S>, conv2d_pack_panels<S>>;
+                conv2d_grad_bias<true, S>, conv2d_grad_bias<false, S>, conv2d_pack_panels<S>>;
 using conv2d_avx2_tiles = kernel_list<conv2d_igemm<true, 8, 6, 2>, conv2d_igemm<false, 8, 6, 2>,
                                       conv2d_grad_weight<8, 6, 2>, conv2d_wino_gemm<8, 6, 2>>;
 // Winograd (CPU lane widths only: the packed weights are for CPU tensors; the GEMM and U are float32 for every type).
