@@ -163,9 +163,11 @@ def test_group_kernel_names_follow_the_device_traits(sycl_cpu):
     conv_avx512 = sycl_cpu.group_kernel_names("conv2d.hpp", True, True, widths, 16)
     assert "xk_conv2d_igemm_false_16_6_4__float" in conv_avx512 and not any("_6_2__" in n for n in conv_avx512)
     conv = sycl_cpu.group_kernel_names("conv2d.hpp", False, True, [32])
-    assert "xk_conv2d_grad_bias_32__float" in conv and "xk_conv2d_grad_bias_32__double" in conv
+    # grad_bias: a channels_last (true) and a strided (false) variant per width
+    assert {f"xk_conv2d_grad_bias_{v}_32__{t}" for v in ("true", "false") for t in ("float", "double")} <= set(conv)
     cpu = sycl_cpu.group_kernel_names("conv2d.hpp", True, True, [4, 8, 16, 32, 64])
-    assert "xk_conv2d_grad_bias_16__float" in cpu and "xk_conv2d_grad_bias_8__double" in cpu
+    assert {f"xk_conv2d_grad_bias_{v}_16__float" for v in ("true", "false")} <= set(cpu)
+    assert {f"xk_conv2d_grad_bias_{v}_8__double" for v in ("true", "false")} <= set(cpu)
     assert not any("_32__" in n for n in cpu), "a device with widths 16 and 8 must not build the 32-wide variants"
     with pytest.raises(ValueError, match="argument 'file' must name a kernel group .*got 'nope.hpp'"):
         sycl_cpu.group_kernel_names("nope.hpp", True, True, [16])
