@@ -596,13 +596,11 @@ MUTANTS: list[Mutant] = [
     M(
         "sycl-conv-winograd-input-variant-swapped",
         "csrc/sycl/conv2d.cpp",
-        "if (x.stride(1) == 1)  // channels_last memory: vector loads over the channel lanes\n"
-        "            L.launch<xk::conv2d_wino_input<true, SL>, E>",
-        "if (x.stride(1) != 1)  // channels_last memory: vector loads over the channel lanes\n"
-        "            L.launch<xk::conv2d_wino_input<true, SL>, E>",
+        "  if (t.stride(1) == 1)\n    L.launch<K<true, S>, T>(range, params);",
+        "  if (t.stride(1) != 1)\n    L.launch<K<true, S>, T>(range, params);",
         "tests/test_conv2d_winograd.py -k sycl",
-        "SYCL conv2d Winograd: the channel-stride-1 input transform chosen for NCHW input (and the strided one for "
-        "channels_last)",
+        "SYCL conv2d: the channel-stride-1 variant (Winograd input transform, grad_bias) chosen for NCHW tensors "
+        "(and the strided one for channels_last)",
     ),
     M(
         "sycl-conv-grad-bias-last-pixel",

@@ -428,11 +428,21 @@ bool choose_winograd(const Launcher& L, const Conv2dProblem& p, const Conv2dPack
   return p.C >= W::kMinChannels && p.O >= W::kMinChannels && tiles * std::min(p.C, p.O) >= W::kMinTileChannels;
 }
 
+// Kernels with a channels_last variant K<true, S> (lanes over channels at stride 1: vector loads) and a strided
+// one K<false, S> (gathers): the variant for tensor t's channel stride.
+template <template <bool, int> class K, int S, typename T, typename P>
+void launch_by_channel_stride(Launcher& L, const at::Tensor& t, const sycl::nd_range<1>& range, const P& params) {
+  if (t.stride(1) == 1)
+    L.launch<K<true, S>, T>(range, params);
+  else
+    L.launch<K<false, S>, T>(range, params);
+}
+
 // U = G g G^T of the 3x3 weight w [O, C, 3, 3] (element strides wO..wW, any sign) into u [16][O_pad / panel][C][panel].
 void winograd_transform(Launcher& L, const float* w, int64_t O, int64_t C, std::array<int64_t, 4> ws, int64_t panel,
                         float* u) {
   const int64_t O_pad = ceil_div(O, panel) * panel, rows = O_pad / panel * C;
-  constexpr int64_t kLanes = 16;  // conv2d_wino_pack's sub-group: lanes over a panel row's columns
+  constexpr int64_t kLanes = xk::conv2d_wino_pack::sub_group;  // lanes over a panel row's columns
   L.launch<xk::conv2d_wino_pack, float>(
       sycl::nd_range<1>(sycl::range<1>(std::min(rows, Conv2dConfig::kReduceMaxGroups) * kLanes),
                         sycl::range<1>(kLanes)),
@@ -517,10 +527,7 @@ void run_winograd(Launcher& L, const Conv2dProblem& p, const at::Tensor& x, cons
                                                           .tiles = T,
                                                           .tiles_per_group = tiles_per_group_io};
           const sycl::nd_range<1> in_range(sycl::range<1>(in_groups * S), sycl::range<1>(S));
-          if (x.stride(1) == 1)  // channels_last memory: vector loads over the channel lanes
-            L.launch<xk::conv2d_wino_input<true, SL>, E>(in_range, in_params);
-          else
-            L.launch<xk::conv2d_wino_input<false, SL>, E>(in_range, in_params);
+          launch_by_channel_stride<xk::conv2d_wino_input, SL, E>(L, x, in_range, in_params);
           {
             constexpr int RR = decltype(R)::value, QQ = decltype(Q)::value;
             const int64_t ctiles = O_pad / (SL * QQ);
@@ -984,10 +991,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> backward(Launcher L, const at::Te
                                                        .O_pad = O_pad,
                                                        .splits = splits};
         const sycl::nd_range<1> gb_range(sycl::range<1>(splits * tiles * S), sycl::range<1>(S));
-        if (g.stride(1) == 1)  // channels_last memory: vector loads over the channel lanes
-          L.launch<xk::conv2d_grad_bias<true, SL>, T>(gb_range, gb_params);
-        else
-          L.launch<xk::conv2d_grad_bias<false, SL>, T>(gb_range, gb_params);
+        launch_by_channel_stride<xk::conv2d_grad_bias, SL, T>(L, g, gb_range, gb_params);
         launch_reduce<T>(L, part, gb, 1, p.O, O_pad, 1, 1, 1, false);
         L.finish(go);
       }
