@@ -426,8 +426,8 @@ MUTANTS: list[Mutant] = [
     M(
         "sycl-linear-panel-bias-index",
         "csrc/sycl/kernels/fused_linear_relu.hpp",
-        "if constexpr (BIAS) v = v + ld(bias + n);",
-        "if constexpr (BIAS) v = v + ld(bias + lane);",
+        "if constexpr (BIAS) v = v + (bias_rows ? row_bias : ld(bias + n));",
+        "if constexpr (BIAS) v = v + (bias_rows ? row_bias : ld(bias + lane));",
         f"{T_LIN} -k sycl",
         "SYCL linear panel GEMM: bias indexed by the lane, not the column",
     ),
@@ -601,6 +601,14 @@ MUTANTS: list[Mutant] = [
         "tests/test_conv2d_winograd.py -k sycl",
         "SYCL conv2d: the channel-stride-1 variant (Winograd input transform, grad_bias) chosen for NCHW tensors "
         "(and the strided one for channels_last)",
+    ),
+    M(
+        "sycl-conv-nchw-1x1-row-bias-first-row",
+        "csrc/sycl/kernels/fused_linear_relu.hpp",
+        "const acc row_bias = BIAS && last && bias_rows ? ld(bias + row[i]) : acc(0);",
+        "const acc row_bias = BIAS && last && bias_rows ? ld(bias + m0) : acc(0);",
+        "tests/test_conv2d_gemm_paths.py -k 'sycl and nchw_pointwise'",
+        "SYCL conv2d NCHW 1x1 per-image GEMM: every row of a 6-row tile takes the tile's first row's bias",
     ),
     M(
         "sycl-conv-grad-bias-last-pixel",

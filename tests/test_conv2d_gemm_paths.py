@@ -6,6 +6,8 @@
   stride / padding / dilation, the 3-channel stem), both weight-gradient memory orders, several chunks;
 - 1x1 stride-1 channels_last convolutions as a GEMM on NHWC memory: forward (no bias, bias + ReLU, and through
   conv2d_packed's pre-packed panels) and grad_input;
+- 1x1 stride-1 NCHW convolutions of large images as one GEMM per image (the bias per row): forward, packed
+  forward, residual epilogue, grad_input;
 - Winograd for convolutions with unpacked weights (U transformed per call) and for grad_input of 3x3 stride-1
   layers (the flipped, transposed weight); a counter proves the Winograd kernels ran.
 The direct kernels these replace stay reachable (groups > 1, half types, residual epilogues): other files test them.
@@ -144,6 +146,49 @@ def test_pointwise_forward_and_grad_input_as_gemm(sycl_cpu, dtype):
     ref, _, _ = _oracle_backward(go, x, w, [1, 1], [0, 0], [1, 1], [True, False, False])
     assert gi.is_contiguous(memory_format=CL)
     assert_close(gi, ref, dtype, "1x1 grad_input", terms=100)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16], ids=str)
+def test_nchw_pointwise_per_image_gemm(sycl_cpu, dtype):
+    """1x1, stride 1, NCHW with at least 1024 pixels per image (Conv2dConfig::kImageGemmMinPixels): one GEMM per
+    image with the weight as A and the image's channel planes as B read in place, the bias per row. 33 x 32 pixels
+    (a partial last column panel), 70 -> 100 channels (a partial row group), 2 images; conv2d with and without
+    bias, conv2d_relu with a residual, conv2d_packed (the packed panels copied back to rows), grad_input; then the
+    same layer at 16 x 16 pixels keeps the direct kernel."""
+    torch.manual_seed(5)
+    x = torch.randn(2, 70, 33, 32, dtype=dtype)
+    w = torch.randn(100, 70, 1, 1, dtype=dtype)
+    b = torch.randn(100, dtype=dtype)
+    res = torch.randn(2, 100, 33, 32, dtype=dtype)
+    x64, w64, b64 = x.double(), w.double(), b.double()
+    ref = F.conv2d(x64, w64, b64)
+    packed = xkernels.pack_conv2d_weight(w)
+    cases = {
+        "bias": (lambda: xkernels.conv2d(x, w, b), ref, 70),
+        "no bias": (lambda: xkernels.conv2d(x, w), F.conv2d(x64, w64), 70),
+        "relu residual": (
+            lambda: xkernels.conv2d_relu(x, w, b, residual=res),
+            torch.relu(ref + res.double()),
+            71,
+        ),
+        "packed relu": (lambda: xkernels.conv2d_packed(x, packed, w.shape, b, relu=True), torch.relu(ref), 70),
+    }
+    for name, (fn, expected, terms) in cases.items():
+        with torch.no_grad():
+            out, ran = _kernels_run(fn)
+        assert any(k.startswith("linear_gemm_panel<") for k in ran), f"{name}: not the GEMM: {ran}"
+        assert not any(k.startswith("conv2d_igemm") for k in ran), f"{name}: the direct kernel ran: {ran}"
+        assert out.is_contiguous()
+        assert_close(out, expected, dtype, f"NCHW 1x1 {name}", terms=terms)
+    go = torch.randn(2, 100, 33, 32, dtype=dtype)
+    (gi, _, _), ran = _kernels_run(lambda: _backward(go, x, w, [1, 1], [0, 0], [1, 1], [True, False, False]))
+    assert any(k.startswith("linear_gemm_panel<false, false") for k in ran), f"grad_input: not the GEMM: {ran}"
+    ref_gi, _, _ = _oracle_backward(go, x, w, [1, 1], [0, 0], [1, 1], [True, False, False])
+    assert gi.is_contiguous()
+    assert_close(gi, ref_gi, dtype, "NCHW 1x1 grad_input", terms=100)
+    small, ran = _kernels_run(lambda: xkernels.conv2d(x[:, :, :16, :16], w, b))
+    assert any(k.startswith("conv2d_igemm") for k in ran), f"16x16: expected the direct kernel: {ran}"
+    assert_close(small, ref[:, :, :16, :16], dtype, "NCHW 1x1 16x16", terms=70)
 
 
 def _calls() -> int:

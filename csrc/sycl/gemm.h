@@ -131,7 +131,7 @@ at::Tensor pack_panels(Launcher& L, const at::Tensor& B) {
 template <typename T, int S>
 void panel_gemm_lanes(Launcher& L, const at::Tensor& A, const T* b_ptr, int64_t ldb, int64_t panel_stride,
                       int64_t panel_cols, int64_t N, const at::Tensor& bias, bool relu, at::Tensor& C,
-                      at::Tensor& partial, bool accumulate, const T* res) {
+                      at::Tensor& partial, bool accumulate, const T* res, bool bias_rows) {
   using G = xk::PanelTile<T, S>;
   using acc = xk::acc_t<T>;
   const int64_t M = A.size(0), K = A.size(1);
@@ -172,7 +172,8 @@ void panel_gemm_lanes(Launcher& L, const at::Tensor& A, const T* b_ptr, int64_t 
                                                               .row_groups = row_groups,
                                                               .b_panel_cols = panel_cols,
                                                               .accumulate = accumulate ? 1 : 0,
-                                                              .res = res});
+                                                              .res = res,
+                                                              .bias_rows = bias_rows ? 1 : 0});
   });
 }
 
@@ -181,13 +182,14 @@ void panel_gemm_lanes(Launcher& L, const at::Tensor& A, const T* b_ptr, int64_t 
 // n % panel_cols (B in place: panel_cols = panel_stride). `partial` receives the acc-type K-block scratch when
 // T is not the accumulation type (the caller keeps it alive until the kernel is done). accumulate: C += A @ B
 // (no epilogue). res: [M, N] with C's row stride, added after the bias and before ReLU (null: none).
+// bias_rows: the bias is per row (bias[m], M values) instead of per column.
 template <typename T>
 void panel_gemm(Launcher& L, const at::Tensor& A, const T* b_ptr, int64_t ldb, int64_t panel_stride, int64_t panel_cols,
                 int64_t N, const at::Tensor& bias, bool relu, at::Tensor& C, at::Tensor& partial,
-                bool accumulate = false, const T* res = nullptr) {
+                bool accumulate = false, const T* res = nullptr, bool bias_rows = false) {
   with_cpu_lanes(L, [&](auto S_) {
     panel_gemm_lanes<T, decltype(S_)::value>(L, A, b_ptr, ldb, panel_stride, panel_cols, N, bias, relu, C, partial,
-                                             accumulate, res);
+                                             accumulate, res, bias_rows);
   });
 }
 

@@ -6,7 +6,8 @@
 //
 // Every GEMM computes   C[m, n] = epilogue( sum_k A(m, k) * B(k, n) )   for m < M, n < N, k < K,
 // with epilogue = (+ bias[n] if BIAS) then (ReLU if RELU), and C row-major with leading dimension
-// ldc (linear_gemm_panel also adds a residual R[m, n] between the two where one is given: conv2d's 1x1 GEMM). The
+// ldc (linear_gemm_panel also adds a residual R[m, n] between the two where one is given, and can take the bias per
+// row, bias[m]: conv2d's 1x1 GEMMs). The
 // operands are addressed through strides, so the same kernels serve the forward pass (A = X, B = W^T) and the backward
 // pass (dX = G @ W, dW = G^T @ X) without copies of the kernels.
 //
@@ -91,6 +92,8 @@ struct linear_gemm_panel_params {
   int64_t b_panel_cols;  // columns per B panel in memory (b_panel_stride apart); a multiple of the tile's
   int64_t accumulate;    // 1: C += A @ B (C holds earlier partial sums; T is the accumulation type), 0: C = ...
   const T* res;          // added after the bias, before ReLU, at C's offsets (conv2d's 1x1 GEMM); null: none
+  int64_t bias_rows;     // 1: the bias is per row, bias[m] (conv2d's NCHW 1x1 GEMM: rows are output channels);
+                         // 0: per column, bias[n]
 };
 // S: lane width (PanelTile); the tile fits AVX-512's register file at 16 lanes, AVX2's at 8.
 template <bool BIAS, bool RELU, int S = 16>
@@ -213,9 +216,9 @@ inline acc_t<T> ld(const T* p) {
 
 // One kRows x kCols tile at rows m0.., columns n0.., K range [k0, k1). MASK_N: the tile overhangs N.
 template <typename T, int S_, bool BIAS, bool RELU, bool MASK_N>
-inline void panel_tile(const T* A, int64_t a_rs, int64_t a_ks, const T* Bp, int64_t ldb, const T* bias, const T* res,
-                       T* C, int64_t ldc, acc_t<T>* partial, int64_t M, int64_t N, int64_t m0, int64_t n0, int64_t k0,
-                       int64_t k1, bool first, bool last, int lane) {
+inline void panel_tile(const T* A, int64_t a_rs, int64_t a_ks, const T* Bp, int64_t ldb, const T* bias, bool bias_rows,
+                       const T* res, T* C, int64_t ldc, acc_t<T>* partial, int64_t M, int64_t N, int64_t m0, int64_t n0,
+                       int64_t k0, int64_t k1, bool first, bool last, int lane) {
   using acc = acc_t<T>;
   using G = PanelTile<T, S_>;
   constexpr int R = G::kRows, V = G::kColVecs, S = G::kSubGroup;
@@ -250,6 +253,8 @@ inline void panel_tile(const T* A, int64_t a_rs, int64_t a_ks, const T* Bp, int6
   XK_UNROLL
   for (int i = 0; i < R; ++i) {
     if (m0 + i >= M) break;  // uniform
+    // A row bias is one uniform value per row (a broadcast load); a column bias is a vector load per lane.
+    const acc row_bias = BIAS && last && bias_rows ? ld(bias + row[i]) : acc(0);
     XK_UNROLL
     for (int j = 0; j < V; ++j) {
       if (!col_ok[j]) continue;
@@ -259,7 +264,7 @@ inline void panel_tile(const T* A, int64_t a_rs, int64_t a_ks, const T* Bp, int6
         continue;
       }
       acc v = c[i][j];
-      if constexpr (BIAS) v = v + ld(bias + n);
+      if constexpr (BIAS) v = v + (bias_rows ? row_bias : ld(bias + n));
       if (res != nullptr) v = v + ld(res + row[i] * ldc + n);
       if constexpr (RELU) v = v < acc(0) ? acc(0) : v;  // NaN propagates, as torch.relu
       C[row[i] * ldc + n] = from_acc<T>(v);
@@ -291,6 +296,7 @@ void linear_gemm_panel<BIAS, RELU, S>::run(item_arg<1> ia, const params<T>& p) {
   const auto k_block = p.k_block;
   const auto row_groups = p.row_groups;
   const auto b_panel_cols = p.b_panel_cols;
+  const bool bias_rows = p.bias_rows != 0;
   using G = PanelTile<T, S>;
   const auto it = item(ia);
   const int lane = static_cast<int>(it.get_local_id(0));
@@ -307,11 +313,11 @@ void linear_gemm_panel<BIAS, RELU, S>::run(item_arg<1> ia, const params<T>& p) {
     const bool first = k0 == 0 && p.accumulate == 0, last = k1 == K;
     for (int64_t m0 = row_begin; m0 < row_end; m0 += G::kRows) {
       if (full_n)
-        linear_detail::panel_tile<T, S, BIAS, RELU, false>(A, a_rs, a_ks, Bp, ldb, bias, p.res, C, ldc, partial, M, N,
-                                                           m0, n0, k0, k1, first, last, lane);
+        linear_detail::panel_tile<T, S, BIAS, RELU, false>(A, a_rs, a_ks, Bp, ldb, bias, bias_rows, p.res, C, ldc,
+                                                           partial, M, N, m0, n0, k0, k1, first, last, lane);
       else
-        linear_detail::panel_tile<T, S, BIAS, RELU, true>(A, a_rs, a_ks, Bp, ldb, bias, p.res, C, ldc, partial, M, N,
-                                                          m0, n0, k0, k1, first, last, lane);
+        linear_detail::panel_tile<T, S, BIAS, RELU, true>(A, a_rs, a_ks, Bp, ldb, bias, bias_rows, p.res, C, ldc,
+                                                          partial, M, N, m0, n0, k0, k1, first, last, lane);
     }
   }
 }
