@@ -191,6 +191,28 @@ def test_nchw_pointwise_per_image_gemm(sycl_cpu, dtype):
     assert_close(small, ref[:, :, :16, :16], dtype, "NCHW 1x1 16x16", terms=70)
 
 
+@pytest.mark.parametrize("memory_format", ["nchw", "channels_last"])
+def test_expanded_grad_output_takes_the_gemm_routes(sycl_cpu, memory_format):
+    """grad_output from `out.sum().backward()` is an expanded tensor (every stride 0): conv2d_backward makes it
+    dense in the problem's format once, so a 1x1 layer's grad_input still runs as a GEMM (not the direct kernel)
+    and every gradient matches the float64 oracle (and the same call with a dense grad_output)."""
+    fmt = CL if memory_format == "channels_last" else torch.contiguous_format
+    torch.manual_seed(6)
+    x = torch.randn(2, 70, 33, 32).contiguous(memory_format=fmt)
+    w = torch.randn(100, 70, 1, 1)
+    go = torch.full((1, 1, 1, 1), 0.75).expand(2, 100, 33, 32)
+    assert go.stride() == (0, 0, 0, 0)
+    (gi, gw, gb), ran = _kernels_run(lambda: _backward(go, x, w, [1, 1], [0, 0], [1, 1], [True, True, True]))
+    assert not any(k.startswith("conv2d_igemm") for k in ran), f"the direct kernel ran: {ran}"
+    ref = _oracle_backward(go, x, w, [1, 1], [0, 0], [1, 1], [True, True, True])
+    dense = _backward(go.contiguous(memory_format=fmt), x, w, [1, 1], [0, 0], [1, 1], [True, True, True])
+    for name, got, expected, same, terms in zip(
+        ("grad_input", "grad_weight", "grad_bias"), (gi, gw, gb), ref, dense, (100, 2 * 33 * 32, 2 * 33 * 32)
+    ):
+        assert_close(got, expected, torch.float32, f"expanded grad_output: {name}", terms=terms)
+        torch.testing.assert_close(got, same, rtol=0, atol=0)
+
+
 def _calls() -> int:
     return _C.sycl.conv2d_winograd_calls()
 
