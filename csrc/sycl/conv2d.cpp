@@ -355,19 +355,10 @@ void run_destination_gemm(Launcher& L, const Conv2dProblem& p, const at::Tensor&
         launch_cl(std::false_type{});
     });
   };
-  // The per-call packing runs on the queue ahead of the GEMM. Should a launch after it throw, the queue is
-  // drained before wpk is freed (a kernel must never write into memory handed back to the allocator).
+  // The per-call packing runs on the queue ahead of the GEMM; wpk is freed when this returns, after the kernels
+  // (finish waits for CPU tensors; on a throw the queue is drained first).
   wpk = prepacked.defined() ? prepacked : pack_on_device<T>(L, weight, G, transposed, groups, pad);
-  try {
-    launch_gemm();
-  } catch (...) {
-    try {
-      L.finish(src);
-    } catch (...) {  // the first error is the one to report
-    }
-    throw;
-  }
-  L.finish(src);  // wpk is freed when this returns (after the kernels: finish waits for CPU tensors)
+  L.launch_then_finish(src, launch_gemm);
 }
 
 // ------------------------------------------------------------------ Winograd F(2x2, 3x3) (kernels/conv2d.hpp)
@@ -586,17 +577,8 @@ void run_winograd(Launcher& L, const Conv2dProblem& p, const at::Tensor& x, cons
       TORCH_CHECK(false, "xkernels.conv2d_packed: no Winograd kernels for ", S, " lanes");
   };
   // The scratch is freed when this returns: after the kernels (finish waits for CPU tensors; on a throw, the
-  // queue is drained first, as in run_destination_gemm).
-  try {
-    launch_all();
-  } catch (...) {
-    try {
-      L.finish(x);
-    } catch (...) {  // the first error is the one to report
-    }
-    throw;
-  }
-  L.finish(x);
+  // queue is drained first).
+  L.launch_then_finish(x, launch_all);
   winograd_calls.fetch_add(1, std::memory_order_relaxed);
 }
 
@@ -760,20 +742,13 @@ void image_gemms(Launcher& L, const at::Tensor& A, const at::Tensor& src, const 
   const int64_t N = src.size(0), K = src.size(1), HW = src.size(2) * src.size(3), M = dst.size(1);
   const int64_t cols = xk::PanelTile<T>::kCols;  // B in place: panel stride = panel width
   std::vector<at::Tensor> partials(N);           // half types' K-block scratch, alive until the wait below
-  try {
+  L.launch_then_finish(dst, [&] {
     for (int64_t n = 0; n < N; ++n) {
       at::Tensor c = dst.select(0, n).view({M, HW});
       panel_gemm<T>(L, A, cptr<T>(src) + n * K * HW, HW, cols, cols, HW, bias, relu, c, partials[n],
                     /*accumulate=*/false, res != nullptr ? res + n * M * HW : nullptr, /*bias_rows=*/true);
     }
-  } catch (...) {
-    try {
-      L.finish(dst);
-    } catch (...) {  // the first error is the one to report
-    }
-    throw;
-  }
-  L.finish(dst);
+  });
 }
 
 // Forward through image_gemms. A pre-packed weight (conv2d_packed: panels [O_pad / P, C, P] of P output channels,

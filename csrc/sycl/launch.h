@@ -115,6 +115,23 @@ class Launcher {
   // asynchronous errors; for device tensors it returns at once (work stays ordered on torch's queue).
   void finish(const at::Tensor& t) { wait_if_host(t, last_); }
 
+  // Calls launch() (which queues kernels), then finish(t). Should launch() throw after queuing some kernels, the
+  // queue is drained first, so that no kernel still reads or writes the caller's temporaries once the unwinding
+  // frees them (memory handed back to the allocator); the first error is the one rethrown.
+  template <typename F>
+  void launch_then_finish(const at::Tensor& t, F&& launch) {
+    try {
+      launch();
+    } catch (...) {
+      try {
+        finish(t);
+      } catch (...) {  // the first error is the one to report
+      }
+      throw;
+    }
+    finish(t);
+  }
+
  private:
   Launcher(sycl::queue* q, TableKernels* kernels) : q_(q), kernels_(kernels) {}
   template <typename K, typename T>
