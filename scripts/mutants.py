@@ -611,6 +611,14 @@ MUTANTS: list[Mutant] = [
         "SYCL conv2d NCHW 1x1 per-image GEMM: every row of a 6-row tile takes the tile's first row's bias",
     ),
     M(
+        "sycl-conv-gw-pointwise-in-place-row-shift",
+        "csrc/sycl/conv2d.cpp",
+        "panel_gemm<T>(L, a, cptr<T>(x), p.C, P, P, KKC,",
+        "panel_gemm<T>(L, a, cptr<T>(x) + p.C, p.C, P, P, KKC,",
+        "tests/test_conv2d_gemm_paths.py -k 'sycl and pointwise_grad_weight'",
+        "SYCL conv2d 1x1 grad_weight read in place: every pixel paired with the next pixel's input row",
+    ),
+    M(
         "sycl-conv-grad-bias-last-pixel",
         "csrc/sycl/kernels/conv2d.hpp",
         "const int64_t me = (mb + chunk < M) ? mb + chunk : M;\n  A acc = A(0);",

@@ -52,6 +52,7 @@ GW_CASES = {
     "stride2_1x1": (2, 128, 9, 9, 33, 1, 2, 0, 1),
     "pad2_dil2": (1, 64, 10, 9, 20, 3, 1, 2, 2),
     "asym_5x5": (3, 10, 12, 13, 7, 5, 2, 1, 1),
+    "pointwise": (2, 70, 9, 7, 100, 1, 1, 0, 1),
 }
 
 
@@ -70,6 +71,22 @@ def test_grad_weight_gemm_matches_oracle(sycl_cpu, case, memory_format, dtype):
     assert_close(gw, ref, dtype, f"grad_weight {case}", terms=go.numel() // O)
     # the weight gradient's memory format follows the problem's (channels_last for a channels_last input)
     assert gw.is_contiguous(memory_format=fmt)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=str)
+def test_pointwise_grad_weight_reads_the_input_in_place(sycl_cpu, dtype):
+    """1x1, stride 1, unpadded, channels_last: grad_weight is grad_output^T @ the input's rows as stored (no
+    conv2d_im2col copy), 70 input channels (a partial column panel) x 100 output channels, 2 x 33 x 32 pixels
+    (many K blocks); NCHW input keeps the im2col route. Both against the float64 oracle."""
+    torch.manual_seed(7)
+    w = torch.randn(100, 70, 1, 1, dtype=dtype)
+    for fmt, in_place in ((CL, True), (torch.contiguous_format, False)):
+        x = torch.randn(2, 70, 33, 32, dtype=dtype).contiguous(memory_format=fmt)
+        go = torch.randn(2, 100, 33, 32, dtype=dtype).contiguous(memory_format=fmt)
+        (_, gw, _), ran = _kernels_run(lambda: _backward(go, x, w, [1, 1], [0, 0], [1, 1], [False, True, False]))
+        assert ("conv2d_im2col" in {k.split("<")[0] for k in ran}) != in_place, f"{fmt}: {ran}"
+        _, ref, _ = _oracle_backward(go, x, w, [1, 1], [0, 0], [1, 1], [False, True, False])
+        assert_close(gw, ref, dtype, f"1x1 grad_weight {fmt}", terms=2 * 33 * 32)
 
 
 @pytest.mark.parametrize("memory_format", ["nchw", "channels_last"])
