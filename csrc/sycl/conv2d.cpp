@@ -751,28 +751,18 @@ void image_gemms(Launcher& L, const at::Tensor& A, const at::Tensor& src, const 
   });
 }
 
-// Forward through image_gemms. A pre-packed weight (conv2d_packed: panels [O_pad / P, C, P] of P output channels,
-// shapes.h) is copied back to [O, C] first: the kernel reads A by rows, and a 6-row tile may straddle two panels.
-// Only layers with at least kImageGemmMinPixels pixels per image take this path, whose weights are small
-// (ResNet-50: at most 512 x 256).
+// Forward through image_gemms. A pre-packed weight (conv2d_packed: panels of output channels, shapes.h) is
+// unpacked to dense [O, C] rows first (shapes.h conv2d_unpack): the kernel reads A by rows, and a 6-row tile may
+// straddle two panels. Only layers with at least kImageGemmMinPixels pixels per image take this path, whose
+// weights are small (ResNet-50: at most 256 x 128 at 56x56).
 template <typename T>
 bool forward_image_gemm(Launcher& L, const Conv2dProblem& p, const at::Tensor& x, const at::Tensor& weight,
                         const at::Tensor& prepacked, const at::Tensor& b, const at::Tensor& r, bool relu,
                         at::Tensor& out) {
   if (!image_gemm_fits(L, p, x)) return false;
-  at::Tensor a;
-  if (prepacked.defined()) {
-    const Conv2dPackLayout layout = conv2d_pack_layout({p.O, p.C, 1, 1}, 1, x.scalar_type());
-    if (layout.group_lanes) return false;
-    const int64_t panels = ceil_div(p.O, layout.pad);
-    a = prepacked.narrow(0, 0, panels * p.C * layout.pad)
-            .view({panels, p.C, layout.pad})
-            .permute({0, 2, 1})
-            .reshape({panels * layout.pad, p.C})
-            .narrow(0, 0, p.O);
-  } else {
-    a = weight.reshape({p.O, p.C});
-  }
+  const at::Tensor a = prepacked.defined()
+                           ? conv2d_unpack(prepacked, {p.O, p.C, 1, 1}, 1).reshape({p.O, p.C}).contiguous()
+                           : weight.reshape({p.O, p.C});
   image_gemms<T>(L, a, x, b, r.defined() ? cptr<T>(r) : nullptr, relu, out);
   return true;
 }
@@ -864,8 +854,8 @@ void grad_weight_gemm(Launcher& L, const Conv2dProblem& p, const at::Tensor& go_
   // the im2col route on a 2-vCPU AMD EPYC with AVX-512 (2026-12-05), ResNet-50's 1x1 layers at batch 1 and 8:
   // 1.02-1.39x faster (256 -> 64 56x56 b1 0.65 -> 0.51 ms, 512 -> 128 28x28 b8 6.13 -> 4.41 ms).
   if (pixel_gemm_fits(L, p, x)) {
-    L.launch_then_finish(
-        go_cl, [&] { panel_gemm<T>(L, a, cptr<T>(x), p.C, P, P, KKC, at::Tensor(), /*relu=*/false, c, partial); });
+    panel_gemm<T>(L, a, cptr<T>(x), p.C, P, P, KKC, at::Tensor(), /*relu=*/false, c, partial);
+    L.finish(go_cl);
     return;
   }
   const at::Tensor col = empty({panels * P * chunk}, x.options());
