@@ -619,6 +619,22 @@ MUTANTS: list[Mutant] = [
         "SYCL conv2d 1x1 grad_weight read in place: every pixel paired with the next pixel's input row",
     ),
     M(
+        "sycl-conv-gw-window-last-pixel",
+        "csrc/sycl/conv2d.cpp",
+        "const int64_t K = (p.N - 1) * img + (p.OH - 1) * Wp + p.OW;",
+        "const int64_t K = (p.N - 1) * img + (p.OH - 1) * Wp + p.OW - 1;",
+        "tests/test_conv2d_gemm_paths.py -k 'sycl and padded_grid'",
+        "SYCL conv2d grad_weight over the padded grid: the last output pixel's gradient left out of the sum",
+    ),
+    M(
+        "sycl-conv-gw-window-no-fallback",
+        "csrc/sycl/conv2d.cpp",
+        "return std::all_of(v, v + c.numel(), [](T e) { return std::isfinite(e); });",
+        "return v != nullptr;",
+        "tests/test_conv2d_gemm_paths.py -k 'sycl and padded_grid'",
+        "SYCL conv2d grad_weight over the padded grid: a non-finite result kept (0 * inf in unseen taps)",
+    ),
+    M(
         "sycl-conv-grad-bias-last-pixel",
         "csrc/sycl/kernels/conv2d.hpp",
         "const int64_t me = (mb + chunk < M) ? mb + chunk : M;\n  A acc = A(0);",

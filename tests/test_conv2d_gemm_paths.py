@@ -4,6 +4,8 @@
   GEMM's packed operand) times grad_output, in pixel chunks whose products accumulate in the output — vector
   loads (channels_last, channels a multiple of the 64-column panel), gathers (other channel counts, NCHW,
   stride / padding / dilation, the 3-channel stem), both weight-gradient memory orders, several chunks;
+- grad_weight of stride-1 windows of channels_last problems with large images over a zero-padded pixel grid (no
+  im2col), bit-equal to the im2col route, and its fallback for non-finite input;
 - 1x1 stride-1 channels_last convolutions as a GEMM on NHWC memory: forward (no bias, bias + ReLU, and through
   conv2d_packed's pre-packed panels) and grad_input;
 - 1x1 stride-1 NCHW convolutions of large images as one GEMM per image (the bias per row): forward, packed
@@ -92,7 +94,9 @@ def test_pointwise_grad_weight_reads_the_input_in_place(sycl_cpu, dtype):
 @pytest.mark.parametrize("memory_format", ["nchw", "channels_last"])
 def test_grad_weight_gemm_chunks_accumulate(sycl_cpu, memory_format):
     """More patch elements than one chunk holds (Conv2dConfig::kIm2colElements = 4 Mi): 8192 pixels x 576
-    columns make two chunks, whose products must add up (the second chunk accumulates into the output)."""
+    columns make two chunks, whose products must add up (the second chunk accumulates into the output). The
+    channels_last problem (4096 pixels per image) takes the padded-grid route instead: one GEMM over 8580 grid
+    pixels, K blocks accumulating in the output."""
     fmt = CL if memory_format == "channels_last" else torch.contiguous_format
     torch.manual_seed(1)
     x = torch.randn(2, 64, 64, 64).contiguous(memory_format=fmt)
@@ -104,6 +108,61 @@ def test_grad_weight_gemm_chunks_accumulate(sycl_cpu, memory_format):
     # each half of the pixels alone gives its own gradient: the two chunks' sum is the whole
     half = [_backward(go[i : i + 1], x[i : i + 1], w, [1, 1], [1, 1], [1, 1], [False, True, False])[1] for i in (0, 1)]
     torch.testing.assert_close(gw, half[0] + half[1], rtol=1e-5, atol=1e-3)
+
+
+# Stride-1 windows of channels_last problems with >= 2048 output pixels per image (Conv2dConfig::kWindowMinPixels)
+# and whole panels per kernel row (KW * C a multiple of 64 for float, 32 for double): grad_weight over the zero-padded
+# pixel grid. (N, C, H, W, O, KH, KW, padding): same padding, unpadded, 5x5, a 3x1 kernel with one-sided padding.
+WINDOW_CASES = {
+    "3x3_pad1": (2, 64, 48, 45, 40, 3, 3, (1, 1)),
+    "3x3_pad0": (1, 64, 50, 50, 24, 3, 3, (0, 0)),
+    "5x5_pad2": (1, 64, 46, 46, 16, 5, 5, (2, 2)),
+    "3x1_pad10": (1, 64, 46, 47, 20, 3, 1, (1, 0)),
+}
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=str)
+@pytest.mark.parametrize("case", WINDOW_CASES.values(), ids=WINDOW_CASES.keys())
+def test_grad_weight_over_the_padded_grid(sycl_cpu, case, dtype):
+    """grad_weight of a stride-1 window without the im2col copy (csrc/sycl/conv2d.cpp grad_weight_window): one GEMM
+    of the zero-padded grid's gradient with the padded input, shifted per tap. Against the float64 oracle, bit-equal
+    to the im2col route (the NCHW problem: the real products summed in the same order, the grid's extra ones are
+    zeros), and the profiler sees no conv2d_im2col."""
+    N, C, H, W, O, KH, KW, pad = case
+    torch.manual_seed(3)
+    x = torch.randn(N, C, H, W, dtype=dtype).contiguous(memory_format=CL)
+    w = torch.randn(O, C, KH, KW, dtype=dtype)
+    go = torch.randn_like(F.conv2d(x, w, None, 1, pad)).contiguous(memory_format=CL)
+    args = ([1, 1], list(pad), [1, 1], [False, True, False])
+    (_, gw, _), ran = _kernels_run(lambda: _backward(go, x, w, *args))
+    assert "conv2d_im2col" not in {k.split("<")[0] for k in ran}, ran
+    assert gw.is_contiguous(memory_format=CL)
+    _, ref, _ = _oracle_backward(go, x, w, *args)
+    # sums of 2116-4608 products: worst-case float32 error grows with the partial sums' size too, so the bound is
+    # taken for twice the terms (one element of 13824 reached 1.3x the plain bound, in both routes alike)
+    assert_close(gw, ref, dtype, f"grad_weight over the padded grid {case}", terms=2 * go.numel() // O)
+    (_, gw_im2col, _), ran = _kernels_run(lambda: _backward(go.contiguous(), x.contiguous(), w, *args))
+    assert "conv2d_im2col" in {k.split("<")[0] for k in ran}, ran
+    torch.testing.assert_close(gw, gw_im2col, rtol=0, atol=0)
+
+
+def test_grad_weight_padded_grid_falls_back_on_non_finite_input(sycl_cpu):
+    """The padded grid's zero gradients multiply real input pixels: an infinite pixel would turn 0 * inf into NaN in
+    taps that never see it (here: the first column's pixel, which tap kw = 2 never reads). A non-finite result is
+    recomputed through im2col, so the result has exactly the oracle's non-finite entries and matches it elsewhere."""
+    torch.manual_seed(4)
+    x = torch.randn(1, 64, 48, 48).contiguous(memory_format=CL)
+    x[0, 5, 20, 0] = float("inf")
+    w = torch.randn(8, 64, 3, 3)
+    go = torch.randn(1, 8, 48, 48).contiguous(memory_format=CL)
+    args = ([1, 1], [1, 1], [1, 1], [False, True, False])
+    (_, gw, _), ran = _kernels_run(lambda: _backward(go, x, w, *args))
+    assert "conv2d_im2col" in {k.split("<")[0] for k in ran}, ran  # the fallback ran
+    _, ref, _ = _oracle_backward(go, x, w, *args)
+    assert torch.isfinite(ref[:, 5, :, 2]).all()  # the case is meaningful: tap kw = 2 never reads column 0
+    assert not torch.isfinite(ref[:, 5, :, :2]).all()
+    assert_close(gw, ref, torch.float32, "grad_weight with an infinite input pixel", terms=48 * 48)
+    torch.testing.assert_close(torch.isfinite(gw), torch.isfinite(ref))
 
 
 def _kernels_run(fn):
