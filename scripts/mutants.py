@@ -635,6 +635,14 @@ MUTANTS: list[Mutant] = [
         "SYCL conv2d grad_weight over the padded grid: a non-finite result kept (0 * inf in unseen taps)",
     ),
     M(
+        "sycl-conv-dense-grad-output-grid-swapped",
+        "csrc/sycl/conv2d.cpp",
+        "pad_to_grid<T>(L, g, 0, 0, p.OH, p.OW)",
+        "pad_to_grid<T>(L, g, 0, 0, p.OW, p.OH)",
+        "tests/test_conv2d_gemm_paths.py -k 'sycl and non_dense'",
+        "SYCL conv2d_backward's copy of a non-dense grad_output: the pixel grid's height and width swapped",
+    ),
+    M(
         "sycl-conv-grad-bias-last-pixel",
         "csrc/sycl/kernels/conv2d.hpp",
         "const int64_t me = (mb + chunk < M) ? mb + chunk : M;\n  A acc = A(0);",

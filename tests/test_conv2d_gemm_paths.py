@@ -127,22 +127,24 @@ def test_grad_weight_over_the_padded_grid(sycl_cpu, case, dtype):
     """grad_weight of a stride-1 window without the im2col copy (csrc/sycl/conv2d.cpp grad_weight_window): one GEMM
     of the zero-padded grid's gradient with the padded input, shifted per tap. Against the float64 oracle, bit-equal
     to the im2col route (the NCHW problem: the real products summed in the same order, the grid's extra ones are
-    zeros), and the profiler sees no conv2d_im2col."""
+    zeros), and the profiler sees the route's launches."""
     N, C, H, W, O, KH, KW, pad = case
     torch.manual_seed(3)
     x = torch.randn(N, C, H, W, dtype=dtype).contiguous(memory_format=CL)
     w = torch.randn(O, C, KH, KW, dtype=dtype)
     go = torch.randn_like(F.conv2d(x, w, None, 1, pad)).contiguous(memory_format=CL)
     args = ([1, 1], list(pad), [1, 1], [False, True, False])
-    (_, gw, _), ran = _kernels_run(lambda: _backward(go, x, w, *args))
-    assert "conv2d_im2col" not in {k.split("<")[0] for k in ran}, ran
+    (_, gw, _), ran = _launches(lambda: _backward(go, x, w, *args))
+    # the route: conv2d_im2col twice (the input and grad_output onto the grid, one launch each), then one GEMM
+    assert ran == {"conv2d_im2col": 2, "linear_gemm_panel": 1}, ran
     assert gw.is_contiguous(memory_format=CL)
     _, ref, _ = _oracle_backward(go, x, w, *args)
     # sums of 2116-4608 products: worst-case float32 error grows with the partial sums' size too, so the bound is
     # taken for twice the terms (one element of 13824 reached 1.3x the plain bound, in both routes alike)
     assert_close(gw, ref, dtype, f"grad_weight over the padded grid {case}", terms=2 * go.numel() // O)
-    (_, gw_im2col, _), ran = _kernels_run(lambda: _backward(go.contiguous(), x.contiguous(), w, *args))
-    assert "conv2d_im2col" in {k.split("<")[0] for k in ran}, ran
+    # the im2col route (NCHW): each of these problems' patches fit one chunk, so one im2col and one GEMM
+    (_, gw_im2col, _), ran = _launches(lambda: _backward(go.contiguous(), x.contiguous(), w, *args))
+    assert ran == {"conv2d_im2col": 1, "linear_gemm_panel": 1}, ran
     torch.testing.assert_close(gw, gw_im2col, rtol=0, atol=0)
 
 
@@ -156,13 +158,28 @@ def test_grad_weight_padded_grid_falls_back_on_non_finite_input(sycl_cpu):
     w = torch.randn(8, 64, 3, 3)
     go = torch.randn(1, 8, 48, 48).contiguous(memory_format=CL)
     args = ([1, 1], [1, 1], [1, 1], [False, True, False])
-    (_, gw, _), ran = _kernels_run(lambda: _backward(go, x, w, *args))
-    assert "conv2d_im2col" in {k.split("<")[0] for k in ran}, ran  # the fallback ran
+    (_, gw, _), ran = _launches(lambda: _backward(go, x, w, *args))
+    # the grid route (two im2col launches onto the grid, a GEMM), then the fallback (one im2col chunk, a GEMM)
+    assert ran == {"conv2d_im2col": 3, "linear_gemm_panel": 2}, ran
     _, ref, _ = _oracle_backward(go, x, w, *args)
     assert torch.isfinite(ref[:, 5, :, 2]).all()  # the case is meaningful: tap kw = 2 never reads column 0
     assert not torch.isfinite(ref[:, 5, :, :2]).all()
     assert_close(gw, ref, torch.float32, "grad_weight with an infinite input pixel", terms=48 * 48)
     torch.testing.assert_close(torch.isfinite(gw), torch.isfinite(ref))
+
+
+def _launches(fn):
+    """fn()'s result and how many times it launched each SYCL kernel (by name, template arguments dropped)."""
+    _C.sycl.kernel_profile(reset=True)
+    _C.sycl.set_kernel_profiling(True)
+    try:
+        out = fn()
+    finally:
+        _C.sycl.set_kernel_profiling(False)
+    counts: dict[str, int] = {}
+    for label, (n, _) in _C.sycl.kernel_profile(reset=True).items():
+        counts[label.split("<")[0]] = counts.get(label.split("<")[0], 0) + n
+    return out, counts
 
 
 def _kernels_run(fn):
@@ -267,25 +284,42 @@ def test_nchw_pointwise_per_image_gemm(sycl_cpu, dtype):
     assert_close(small, ref[:, :, :16, :16], dtype, "NCHW 1x1 16x16", terms=70)
 
 
+# grad_output that is not dense in the problem's format: expanded (what `out.sum().backward()` passes: every
+# stride 0), partly broadcast, NCHW memory for a channels_last problem (and the reverse), and a strided slice.
+GRAD_KINDS = {
+    "expanded": lambda fmt: torch.full((1, 1, 1, 1), 0.75).expand(2, 100, 33, 32),
+    "broadcast": lambda fmt: torch.randn(1, 100, 1, 32).expand(2, 100, 33, 32),
+    "other_format": lambda fmt: torch.randn(2, 100, 33, 32).contiguous(
+        memory_format=torch.contiguous_format if fmt == CL else CL
+    ),
+    "strided": lambda fmt: torch.randn(2, 100, 33, 64).contiguous(memory_format=fmt)[..., ::2],
+}
+
+
+@pytest.mark.parametrize("kind", GRAD_KINDS.keys())
 @pytest.mark.parametrize("memory_format", ["nchw", "channels_last"])
-def test_expanded_grad_output_takes_the_gemm_routes(sycl_cpu, memory_format):
-    """grad_output from `out.sum().backward()` is an expanded tensor (every stride 0): conv2d_backward makes it
-    dense in the problem's format once, so a 1x1 layer's grad_input still runs as a GEMM (not the direct kernel)
-    and every gradient matches the float64 oracle (and the same call with a dense grad_output)."""
+def test_non_dense_grad_output_takes_the_gemm_routes(sycl_cpu, memory_format, kind):
+    """conv2d_backward makes grad_output dense in the problem's format once (a channels_last problem on a CPU device
+    by a SYCL copy, conv2d_im2col onto an unpadded grid; NCHW by torch), so a 1x1 layer's grad_input still runs as
+    a GEMM (not the direct kernel), and every gradient matches the float64 oracle and, bit for bit, the same call
+    with a dense grad_output."""
     fmt = CL if memory_format == "channels_last" else torch.contiguous_format
     torch.manual_seed(6)
     x = torch.randn(2, 70, 33, 32).contiguous(memory_format=fmt)
     w = torch.randn(100, 70, 1, 1)
-    go = torch.full((1, 1, 1, 1), 0.75).expand(2, 100, 33, 32)
-    assert go.stride() == (0, 0, 0, 0)
-    (gi, gw, gb), ran = _kernels_run(lambda: _backward(go, x, w, [1, 1], [0, 0], [1, 1], [True, True, True]))
-    assert not any(k.startswith("conv2d_igemm") for k in ran), f"the direct kernel ran: {ran}"
+    go = GRAD_KINDS[kind](fmt)
+    assert go.shape == (2, 100, 33, 32) and not go.is_contiguous(memory_format=fmt)
+    (gi, gw, gb), ran = _launches(lambda: _backward(go, x, w, [1, 1], [0, 0], [1, 1], [True, True, True]))
+    assert "conv2d_igemm" not in ran, f"the direct kernel ran: {ran}"
+    # one conv2d_im2col launch either way: channels_last, the copy (grad_weight reads the input's rows in place);
+    # NCHW, grad_weight's patches (the copy is torch's)
+    assert ran.get("conv2d_im2col", 0) == 1, ran
     ref = _oracle_backward(go, x, w, [1, 1], [0, 0], [1, 1], [True, True, True])
     dense = _backward(go.contiguous(memory_format=fmt), x, w, [1, 1], [0, 0], [1, 1], [True, True, True])
     for name, got, expected, same, terms in zip(
         ("grad_input", "grad_weight", "grad_bias"), (gi, gw, gb), ref, dense, (100, 2 * 33 * 32, 2 * 33 * 32)
     ):
-        assert_close(got, expected, torch.float32, f"expanded grad_output: {name}", terms=terms)
+        assert_close(got, expected, torch.float32, f"{kind} grad_output: {name}", terms=terms)
         torch.testing.assert_close(got, same, rtol=0, atol=0)
 
 

@@ -836,7 +836,7 @@ bool grad_input_winograd(Launcher& L, const Conv2dProblem& p, const at::Tensor& 
 }
 
 // grad_weight of a stride-1 window (3x3 ...) of a channels_last problem without the im2col copy: the input copied
-// once into a zero-padded NHWC buffer xpad [N, Hp, Wp, C], and grad_output into gpad [N, Hp, Wp, O] on the same pixel
+// once onto a zero-padded NHWC pixel grid xpad [N, Hp, Wp, C], and grad_output onto gpad [N, Hp, Wp, O], the same
 // grid (grad_output at (n, oh, ow) for oh < OH, ow < OW, zero elsewhere). On that grid tap (kh, kw) of output pixel q
 // is input pixel q + kh * Wp + kw, so
 //   grad_weight[o, kh, kw, c] = sum_q gpad[q, o] * xpad[q + kh * Wp + kw, c],
@@ -846,15 +846,55 @@ bool grad_input_winograd(Launcher& L, const Conv2dProblem& p, const at::Tensor& 
 // OW) more multiplications (1.07x at 56x56, 1.65x at 7x7), and their zero gradients multiply real input values: exact
 // for finite inputs (the real terms are summed in the im2col route's order, the extra ones are zeros), but 0 * inf
 // would put a NaN where the convolution has none, so a result with a non-finite entry is recomputed through im2col.
-// Measured against the im2col route (grad_weight alone, 3x3 channels_last, median of 5 blocks, 3 rounds; 2-vCPU AMD
-// EPYC with AVX-512, 2026-12-06): 64 -> 64 56x56 1.04x / 1.05x at batch 1 (a third round 0.57x: the two torch copies
-// right after a SYCL kernel, while the runtime's workers spin), 1.14-1.17x at batch 2, 1.10-1.13x at batch 8; 128 ->
-// 128 28x28 0.93x at batch 1; 14x14 and 7x7 0.3-0.8x (the grid's overhead and the copies against a small im2col).
-// Hence from kWindowMinPixels pixels per image (ResNet-50: the 56x56 layers).
+// The two copies are conv2d_im2col launches onto the grid (pad_to_grid), not torch ops: torch's pad right after a
+// SYCL kernel, while the runtime's workers spin, cost a 0.57x round at batch 1. Measured against the im2col route
+// (grad_weight alone, 3x3 channels_last, median of 5 blocks, 3 rounds; 2-vCPU AMD EPYC with AVX-512, 2026-12-06):
+// 64 -> 64 56x56 1.08x at batch 1, 1.13-1.16x at batch 2, 1.09-1.10x at batch 8; 128 -> 128 28x28 0.94-0.97x at
+// batch 1, 1.02x at batch 8; 14x14 0.82-0.85x, 7x7 0.53-0.60x (the grid's overhead against a small im2col). Hence
+// from kWindowMinPixels pixels per image (ResNet-50: the 56x56 layers).
 bool grad_weight_window_fits(const Launcher& L, const Conv2dProblem& p, int64_t panel) {
   return L.traits().is_cpu && p.KH * p.KW > 1 && p.stride == std::array<int64_t, 2>{1, 1} &&
          p.dilation == std::array<int64_t, 2>{1, 1} && p.groups == 1 && p.channels_last && (p.KW * p.C) % panel == 0 &&
-         p.OH * p.OW >= Conv2dConfig::kWindowMinPixels;
+         p.OH * p.OW >= Conv2dConfig::kWindowMinPixels &&
+         std::max(p.C, p.O) <= static_cast<int64_t>(L.traits().max_work_group_size);  // pad_to_grid's local size
+}
+
+// src [N, C, H, W] (any strides) onto a zero-padded NHWC pixel grid [N * Hp * Wp, C], src's pixel (h, w) at grid
+// pixel (h + top, w + left): conv2d_im2col as a 1x1 "convolution" with one panel of all C channels (local size C),
+// so a channels_last source is read and written in whole vectors. Queued (in-order queue); the caller keeps the
+// result alive until the kernels that read it are done.
+template <typename T>
+at::Tensor pad_to_grid(Launcher& L, const at::Tensor& src, int64_t top, int64_t left, int64_t Hp, int64_t Wp) {
+  using C = Conv2dConfig;
+  const int64_t N = src.size(0), ch = src.size(1), pixels = N * Hp * Wp;
+  at::Tensor grid = empty({pixels, ch}, src.options());
+  L.launch<xk::conv2d_im2col, T>(
+      sycl::nd_range<1>(sycl::range<1>(ch * ceil_div(pixels, C::kIm2colPixels)), sycl::range<1>(ch)),
+      {.x = cptr<T>(src),
+       .col = mptr<T>(grid),
+       .m0 = 0,
+       .Mc = pixels,
+       .C = ch,
+       .H = src.size(2),
+       .W = src.size(3),
+       .sN = src.stride(0),
+       .sC = src.stride(1),
+       .sH = src.stride(2),
+       .sW = src.stride(3),
+       .OH = Hp,
+       .OW = Wp,
+       .KH = 1,
+       .KW = 1,
+       .sh = 1,
+       .sw = 1,
+       .ph = top,
+       .pw = left,
+       .dh = 1,
+       .dw = 1,
+       .panel = ch,
+       .pixels_per_group = C::kIm2colPixels,
+       .cl_order = 1});
+  return grid;
 }
 
 // Returns false when the result has a non-finite entry (the caller then runs the im2col route).
@@ -862,13 +902,8 @@ template <typename T>
 bool grad_weight_window(Launcher& L, const Conv2dProblem& p, const at::Tensor& go_cl, const at::Tensor& x,
                         at::Tensor& c) {
   const int64_t Hp = p.H + 2 * p.padding[0], Wp = p.W + 2 * p.padding[1], img = Hp * Wp;
-  const at::Tensor xpad =
-      at::constant_pad_nd(x.permute({0, 2, 3, 1}), {0, 0, p.padding[1], p.padding[1], p.padding[0], p.padding[0]})
-          .contiguous()
-          .view({p.N * img, p.C});
-  const at::Tensor gpad = at::constant_pad_nd(go_cl.permute({0, 2, 3, 1}), {0, 0, 0, Wp - p.OW, 0, Hp - p.OH})
-                              .contiguous()
-                              .view({p.N * img, p.O});
+  const at::Tensor xpad = pad_to_grid<T>(L, x, p.padding[0], p.padding[1], Hp, Wp);
+  const at::Tensor gpad = pad_to_grid<T>(L, go_cl, 0, 0, Hp, Wp);
   // Up to the last pixel with a gradient: the largest tap shift then ends at the buffer's last pixel.
   const int64_t K = (p.N - 1) * img + (p.OH - 1) * Wp + p.OW;
   at::Tensor partial;  // unused: T is the accumulation type
@@ -948,6 +983,22 @@ void grad_weight_gemm(Launcher& L, const Conv2dProblem& p, const at::Tensor& go_
   }
 }
 
+// grad_output dense in the problem's memory format (itself when it is). A channels_last problem on a CPU device is
+// copied by a SYCL kernel (pad_to_grid without padding) instead of torch: torch's copy would run on its OpenMP
+// threads right after the forward's SYCL kernels, while the runtime's workers still spin (docs/performance.md,
+// "Threads"); measured in the op suite's 1x1 256 -> 64 56x56 batch-1 step (`out.sum().backward()`: an expanded
+// gradient), xkernels took 0.3-0.4 ms longer than with a dense gradient, torch the same.
+at::Tensor dense_grad_output(Launcher& L, const at::Tensor& g, const Conv2dProblem& p, at::MemoryFormat fmt) {
+  if (g.is_contiguous(fmt)) return g;
+  if (!p.channels_last || !L.traits().is_cpu || p.O > static_cast<int64_t>(L.traits().max_work_group_size))
+    return g.contiguous(fmt);
+  at::Tensor out;
+  XK_DISPATCH_DEVICE_TYPES(g.scalar_type(), "conv2d_backward", [&] {
+    out = pad_to_grid<T>(L, g, 0, 0, p.OH, p.OW).view({p.N, p.OH, p.OW, p.O}).permute({0, 3, 1, 2});
+  });
+  return out;
+}
+
 std::tuple<at::Tensor, at::Tensor, at::Tensor> backward(Launcher L, const at::Tensor& grad_output,
                                                         const at::Tensor& input, const at::Tensor& weight,
                                                         const Conv2dProblem& p, std::array<bool, 3> mask) {
@@ -957,7 +1008,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> backward(Launcher L, const at::Te
   // every stride 0) was otherwise read element by element by the direct kernels and copied again for grad_weight.
   // Measured (AMD EPYC, AVX-512; 1x1 256 -> 64 56x56 channels_last, sum().backward()): grad_input 1.09 ms in
   // conv2d_igemm -> a 0.5 ms GEMM.
-  const at::Tensor go = as_4d(grad_output).contiguous(fmt);
+  const at::Tensor go = dense_grad_output(L, as_4d(grad_output), p, fmt);
   const at::Tensor x = as_4d(input);
   at::Tensor gi = empty_grad_like(input), gw = empty_grad_like(weight), gb = empty_grad_like(weight);
   const int64_t G = p.groups, Opg = p.O_per_group(), Cpg = p.C_per_group();
