@@ -168,29 +168,30 @@ def test_grad_weight_padded_grid_falls_back_on_non_finite_input(sycl_cpu):
     torch.testing.assert_close(torch.isfinite(gw), torch.isfinite(ref))
 
 
-def _launches(fn):
-    """fn()'s result and how many times it launched each SYCL kernel (by name, template arguments dropped)."""
+def _profiled(fn):
+    """fn()'s result and the kernel profiler's rows for it: label -> (launches, seconds) (csrc/sycl/launch.h)."""
     _C.sycl.kernel_profile(reset=True)
     _C.sycl.set_kernel_profiling(True)
     try:
         out = fn()
     finally:
         _C.sycl.set_kernel_profiling(False)
+    return out, _C.sycl.kernel_profile(reset=True)
+
+
+def _launches(fn):
+    """fn()'s result and how many times it launched each SYCL kernel (by name, template arguments dropped)."""
+    out, rows = _profiled(fn)
     counts: dict[str, int] = {}
-    for label, (n, _) in _C.sycl.kernel_profile(reset=True).items():
+    for label, (n, _) in rows.items():
         counts[label.split("<")[0]] = counts.get(label.split("<")[0], 0) + n
     return out, counts
 
 
 def _kernels_run(fn):
-    """fn()'s result and the labels of the SYCL kernels it launched (the kernel profiler, csrc/sycl/launch.h)."""
-    _C.sycl.kernel_profile(reset=True)
-    _C.sycl.set_kernel_profiling(True)
-    try:
-        out = fn()
-    finally:
-        _C.sycl.set_kernel_profiling(False)
-    return out, set(_C.sycl.kernel_profile(reset=True))
+    """fn()'s result and the labels of the SYCL kernels it launched."""
+    out, rows = _profiled(fn)
+    return out, set(rows)
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=str)
@@ -321,6 +322,15 @@ def test_non_dense_grad_output_takes_the_gemm_routes(sycl_cpu, memory_format, ki
     ):
         assert_close(got, expected, torch.float32, f"{kind} grad_output: {name}", terms=terms)
         torch.testing.assert_close(got, same, rtol=0, atol=0)
+
+
+def test_backward_with_nothing_asked_launches_nothing(sycl_cpu):
+    """output_mask all false: empty gradients, as the reference gives, and no copy of a non-dense grad_output queued
+    (it would outlive the call unwaited)."""
+    x = torch.randn(1, 8, 5, 5).contiguous(memory_format=CL)
+    go = torch.full((1, 1, 1, 1), 1.0).expand(1, 4, 5, 5)
+    grads, ran = _launches(lambda: _backward(go, x, torch.randn(4, 8, 3, 3), [1, 1], [1, 1], [1, 1], [False] * 3))
+    assert ran == {} and all(g.numel() == 0 for g in grads), (ran, grads)
 
 
 def _calls() -> int:
