@@ -835,6 +835,12 @@ bool grad_input_winograd(Launcher& L, const Conv2dProblem& p, const at::Tensor& 
   return true;
 }
 
+// pad_to_grid (below) on this device for `channels` channels: a CPU device (host memory), one work-group of all the
+// channels.
+bool pad_to_grid_fits(const Launcher& L, int64_t channels) {
+  return L.traits().is_cpu && channels <= static_cast<int64_t>(L.traits().max_work_group_size);
+}
+
 // grad_weight of a stride-1 window (3x3 ...) of a channels_last problem without the im2col copy: the input copied
 // once onto a zero-padded NHWC pixel grid xpad [N, Hp, Wp, C], and grad_output onto gpad [N, Hp, Wp, O], the same
 // grid (grad_output at (n, oh, ow) for oh < OH, ow < OW, zero elsewhere). On that grid tap (kh, kw) of output pixel q
@@ -855,8 +861,42 @@ bool grad_input_winograd(Launcher& L, const Conv2dProblem& p, const at::Tensor& 
 bool grad_weight_window_fits(const Launcher& L, const Conv2dProblem& p, int64_t panel) {
   return L.traits().is_cpu && p.KH * p.KW > 1 && p.stride == std::array<int64_t, 2>{1, 1} &&
          p.dilation == std::array<int64_t, 2>{1, 1} && p.groups == 1 && p.channels_last && (p.KW * p.C) % panel == 0 &&
-         p.OH * p.OW >= Conv2dConfig::kWindowMinPixels &&
-         std::max(p.C, p.O) <= static_cast<int64_t>(L.traits().max_work_group_size);  // pad_to_grid's local size
+         p.OH * p.OW >= Conv2dConfig::kWindowMinPixels && pad_to_grid_fits(L, std::max(p.C, p.O));
+}
+
+// conv2d_im2col for pixels [m0, m0 + mc) of problem g (its C, H, W, OH, OW, window, stride, padding, dilation) over
+// x (strides as given), written as `panel`-column panels into col (kernels/conv2d.hpp). Queued (in-order queue).
+template <typename T>
+void launch_im2col(Launcher& L, const Conv2dProblem& g, const at::Tensor& x, const at::Tensor& col, int64_t m0,
+                   int64_t mc, int64_t panel, bool cl_order) {
+  using C = Conv2dConfig;
+  const int64_t panels = ceil_div(g.KH * g.KW * g.C, panel);
+  L.launch<xk::conv2d_im2col, T>(
+      sycl::nd_range<1>(sycl::range<1>(panel * panels * ceil_div(mc, C::kIm2colPixels)), sycl::range<1>(panel)),
+      {.x = cptr<T>(x),
+       .col = mptr<T>(col),
+       .m0 = m0,
+       .Mc = mc,
+       .C = g.C,
+       .H = g.H,
+       .W = g.W,
+       .sN = x.stride(0),
+       .sC = x.stride(1),
+       .sH = x.stride(2),
+       .sW = x.stride(3),
+       .OH = g.OH,
+       .OW = g.OW,
+       .KH = g.KH,
+       .KW = g.KW,
+       .sh = g.stride[0],
+       .sw = g.stride[1],
+       .ph = g.padding[0],
+       .pw = g.padding[1],
+       .dh = g.dilation[0],
+       .dw = g.dilation[1],
+       .panel = panel,
+       .pixels_per_group = C::kIm2colPixels,
+       .cl_order = cl_order ? 1 : 0});
 }
 
 // src [N, C, H, W] (any strides) onto a zero-padded NHWC pixel grid [N * Hp * Wp, C], src's pixel (h, w) at grid
@@ -865,35 +905,11 @@ bool grad_weight_window_fits(const Launcher& L, const Conv2dProblem& p, int64_t 
 // result alive until the kernels that read it are done.
 template <typename T>
 at::Tensor pad_to_grid(Launcher& L, const at::Tensor& src, int64_t top, int64_t left, int64_t Hp, int64_t Wp) {
-  using C = Conv2dConfig;
-  const int64_t N = src.size(0), ch = src.size(1), pixels = N * Hp * Wp;
-  at::Tensor grid = empty({pixels, ch}, src.options());
-  L.launch<xk::conv2d_im2col, T>(
-      sycl::nd_range<1>(sycl::range<1>(ch * ceil_div(pixels, C::kIm2colPixels)), sycl::range<1>(ch)),
-      {.x = cptr<T>(src),
-       .col = mptr<T>(grid),
-       .m0 = 0,
-       .Mc = pixels,
-       .C = ch,
-       .H = src.size(2),
-       .W = src.size(3),
-       .sN = src.stride(0),
-       .sC = src.stride(1),
-       .sH = src.stride(2),
-       .sW = src.stride(3),
-       .OH = Hp,
-       .OW = Wp,
-       .KH = 1,
-       .KW = 1,
-       .sh = 1,
-       .sw = 1,
-       .ph = top,
-       .pw = left,
-       .dh = 1,
-       .dw = 1,
-       .panel = ch,
-       .pixels_per_group = C::kIm2colPixels,
-       .cl_order = 1});
+  Conv2dProblem g;  // 1x1, stride 1, dilation 1
+  g.N = src.size(0), g.C = src.size(1), g.H = src.size(2), g.W = src.size(3), g.KH = g.KW = 1;
+  g.OH = Hp, g.OW = Wp, g.padding = {top, left};
+  at::Tensor grid = empty({g.N * Hp * Wp, g.C}, src.options());
+  launch_im2col<T>(L, g, src, grid, 0, g.N * Hp * Wp, g.C, /*cl_order=*/true);
   return grid;
 }
 
@@ -950,32 +966,7 @@ void grad_weight_gemm(Launcher& L, const Conv2dProblem& p, const at::Tensor& go_
   const bool cl_order = p.channels_last || p.KH * p.KW == 1;
   for (int64_t s = 0, m0 = 0; m0 < M; ++s, m0 += chunk) {
     const int64_t mc = std::min(chunk, M - m0);
-    L.launch<xk::conv2d_im2col, T>(
-        sycl::nd_range<1>(sycl::range<1>(P * panels * ceil_div(mc, C::kIm2colPixels)), sycl::range<1>(P)),
-        {.x = cptr<T>(x),
-         .col = mptr<T>(col),
-         .m0 = m0,
-         .Mc = mc,
-         .C = p.C,
-         .H = p.H,
-         .W = p.W,
-         .sN = x.stride(0),
-         .sC = x.stride(1),
-         .sH = x.stride(2),
-         .sW = x.stride(3),
-         .OH = p.OH,
-         .OW = p.OW,
-         .KH = p.KH,
-         .KW = p.KW,
-         .sh = p.stride[0],
-         .sw = p.stride[1],
-         .ph = p.padding[0],
-         .pw = p.padding[1],
-         .dh = p.dilation[0],
-         .dw = p.dilation[1],
-         .panel = P,
-         .pixels_per_group = C::kIm2colPixels,
-         .cl_order = cl_order ? 1 : 0});
+    launch_im2col<T>(L, p, x, col, m0, mc, P, cl_order);
     // In-order queue: the GEMM reads col after the kernel above; the wait lets the next chunk overwrite col.
     panel_gemm<T>(L, a.narrow(1, m0, mc), cptr<T>(col), P, mc * P, P, KKC, at::Tensor(), /*relu=*/false, c, partial,
                   /*accumulate=*/s > 0);
@@ -990,8 +981,7 @@ void grad_weight_gemm(Launcher& L, const Conv2dProblem& p, const at::Tensor& go_
 // gradient), xkernels took 0.3-0.4 ms longer than with a dense gradient, torch the same.
 at::Tensor dense_grad_output(Launcher& L, const at::Tensor& g, const Conv2dProblem& p, at::MemoryFormat fmt) {
   if (g.is_contiguous(fmt)) return g;
-  if (!p.channels_last || !L.traits().is_cpu || p.O > static_cast<int64_t>(L.traits().max_work_group_size))
-    return g.contiguous(fmt);
+  if (!p.channels_last || !pad_to_grid_fits(L, p.O)) return g.contiguous(fmt);
   at::Tensor out;
   XK_DISPATCH_DEVICE_TYPES(g.scalar_type(), "conv2d_backward", [&] {
     out = pad_to_grid<T>(L, g, 0, 0, p.OH, p.OW).view({p.N, p.OH, p.OW, p.O}).permute({0, 3, 1, 2});

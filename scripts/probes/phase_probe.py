@@ -11,7 +11,7 @@ call):
               input / output transforms)
   torch_conv  torch's F.conv2d on the same tensors (oneDNN)
   torch_add   torch.add of two 32 MiB tensors into a third (memory bound, torch's OpenMP threads)
-  flt         minor page faults per xkernels call; cpu0 / cpu1: CPU time (ms) of each thread of the process on that
+  flt         minor page faults per xkernels call; cpu0, cpu1, ...: CPU time (ms) of the process's threads on that
               CPU during the xkernels calls (from /proc/self/task/*/stat: the CPU a thread last ran on)
 
 Before the rounds it prints each thread's CPU affinity after the first SYCL kernel: the runtime pins its worker,
@@ -44,7 +44,10 @@ def _threads() -> dict[int, tuple[int, int]]:
     return out
 
 
-def _mean_ms(fn, calls: int = 5) -> float:
+CALLS = 5  # timed calls per measurement, after one warm-up call
+
+
+def _mean_ms(fn, calls: int = CALLS) -> float:
     fn()
     t = time.perf_counter()
     for _ in range(calls):
@@ -76,20 +79,21 @@ def main() -> None:
         w_cl = w.contiguous(memory_format=cl)
         a, b, c = torch.randn(8 << 20), torch.randn(8 << 20), torch.empty(8 << 20)
         packed = xkernels.pack_conv2d_weight(w)
-        print("time      xk_conv torch_conv torch_add  flt  cpu0  cpu1")
+        cpus = os.cpu_count() or 1
+        print("time      xk_conv torch_conv torch_add  flt" + "".join(f"  cpu{i}" for i in range(cpus)))
         for _ in range(args.rounds):
             t0, f0 = _threads(), resource.getrusage(resource.RUSAGE_SELF).ru_minflt
             xk = _mean_ms(lambda: xkernels.conv2d_packed(x, packed, w.shape, None, padding=1))
             t1, f1 = _threads(), resource.getrusage(resource.RUSAGE_SELF).ru_minflt
-            per_cpu = [0.0, 0.0]
+            per_cpu = [0.0] * cpus
             for tid, (ticks, cpu) in t1.items():
-                if cpu < 2:
+                if cpu < cpus:
                     per_cpu[cpu] += (ticks - t0.get(tid, (0, 0))[0]) * tick_ms
             tc = _mean_ms(lambda: F.conv2d(x, w_cl, None, padding=1))
             ta = _mean_ms(lambda: torch.add(a, b, out=c))
             print(
-                f"{time.strftime('%H:%M:%S')} {xk:8.2f} {tc:10.2f} {ta:9.2f} {(f1 - f0) // 6:4d} "
-                f"{per_cpu[0]:5.0f} {per_cpu[1]:5.0f}",
+                f"{time.strftime('%H:%M:%S')} {xk:8.2f} {tc:10.2f} {ta:9.2f} {(f1 - f0) // (CALLS + 1):4d}"
+                + "".join(f" {t:5.0f}" for t in per_cpu),
                 flush=True,
             )
             time.sleep(args.sleep)
