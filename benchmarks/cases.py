@@ -60,9 +60,35 @@ def _case(op, mode, dtype, shape, make, oracle, work, metric, big, device) -> Ca
 
 LINEAR_M = [1, 8, 64, 512, 4096]
 LINEAR_NK = [1024, 4096]
-# ResNet-50's distinct 3x3 and 1x1 conv layers (C_in, C_out, H=W).
+# ResNet-50's distinct stride-1 3x3 and 1x1 conv layers (C_in, C_out, H=W): the tiling table's cases
+# (scripts/tune_conv2d.py).
 RESNET50_3X3 = [(64, 64, 56), (128, 128, 28), (256, 256, 14), (512, 512, 7)]
 RESNET50_1X1 = [(64, 256, 56), (256, 64, 56), (512, 128, 28), (1024, 256, 14), (2048, 512, 7)]
+# Every distinct conv layer of xkernels.models.resnet50 (v1: a stage's stride sits on its first 1x1 conv and on the
+# downsample path), as (C_in, C_out, H=W of the input, kernel, stride), padding kernel // 2: the stem, 12 stride-1
+# 1x1 layers, 4 stride-1 3x3 layers and the 6 stride-2 1x1 layers (the conv suites' default).
+RESNET50_LAYERS = [
+    (3, 64, 224, 7, 2),
+    (64, 64, 56, 1, 1),
+    (64, 64, 56, 3, 1),
+    (64, 256, 56, 1, 1),
+    (256, 64, 56, 1, 1),
+    (256, 128, 56, 1, 2),
+    (256, 512, 56, 1, 2),
+    (128, 128, 28, 3, 1),
+    (128, 512, 28, 1, 1),
+    (512, 128, 28, 1, 1),
+    (512, 256, 28, 1, 2),
+    (512, 1024, 28, 1, 2),
+    (256, 256, 14, 3, 1),
+    (256, 1024, 14, 1, 1),
+    (1024, 256, 14, 1, 1),
+    (1024, 512, 14, 1, 2),
+    (1024, 2048, 14, 1, 2),
+    (512, 512, 7, 3, 1),
+    (512, 2048, 7, 1, 1),
+    (2048, 512, 7, 1, 1),
+]
 LAYER_NORM = [(2048, 1024), (8192, 1024), (2048, 4096), (512, 8192)]
 
 
@@ -104,8 +130,8 @@ def linear_cases(dtype, modes, ms=LINEAR_M, nks=LINEAR_NK, mnk=None, device="cpu
 
 
 def conv_cases(dtype, modes, batches=(1, 8), layouts=("nchw", "channels_last"), layers=None, device="cpu"):
-    """layers: (C_in, C_out, H=W, kernel[, stride, groups]); padding kernel // 2."""
-    layers = layers or [(c, o, hw, 3) for c, o, hw in RESNET50_3X3] + [(c, o, hw, 1) for c, o, hw in RESNET50_1X1]
+    """layers: (C_in, C_out, H=W, kernel[, stride, groups]); padding kernel // 2; default RESNET50_LAYERS."""
+    layers = layers or RESNET50_LAYERS
     out = []
     for c, o, hw, k, *sg in layers:
         s, groups = (*sg, 1, 1)[:2] if sg else (1, 1)
@@ -246,19 +272,21 @@ def linear_module_cases(dtype, ms=(64, 512), nk=1024):
 def conv_module_cases(dtype, batches=(1, 8), layers=None, layouts=("nchw", "channels_last")):
     """xkernels.nn.Conv2d inference (no_grad) with its cached packed weight, on ResNet-50's layers in both memory
     formats (channels_last: input and weight, as optimize() leaves a conv model; shape label "CL"), vs the plain
-    op re-packing per call (xkernels[sycl-unpacked]), torch's F.conv2d and torch.compile with freezing."""
+    op re-packing per call (xkernels[sycl-unpacked]), torch's F.conv2d and torch.compile with freezing.
+    layers: (C_in, C_out, H=W, kernel[, stride]); padding kernel // 2; default RESNET50_LAYERS."""
     import xkernels
 
-    layers = layers or [(c, o, hw, 3) for c, o, hw in RESNET50_3X3] + [(c, o, hw, 1) for c, o, hw in RESNET50_1X1]
+    layers = layers or RESNET50_LAYERS
     out = []
-    for c, o, hw, k in layers:
+    for c, o, hw, k, *st in layers:
+        s = st[0] if st else 1
         for n in batches:
             for layout in layouts:
                 fmt = torch.channels_last if layout == "channels_last" else torch.contiguous_format
 
-                def make(c=c, o=o, hw=hw, k=k, n=n, fmt=fmt):
+                def make(c=c, o=o, hw=hw, k=k, s=s, n=n, fmt=fmt):
                     g = _g(c + o + hw + n)
-                    mod = xkernels.nn.Conv2d(c, o, k, padding=k // 2, dtype=dtype)
+                    mod = xkernels.nn.Conv2d(c, o, k, stride=s, padding=k // 2, dtype=dtype)
                     with torch.no_grad():
                         mod.weight.copy_(torch.randn(o, c, k, k, generator=g) / (c * k * k) ** 0.5)
                         mod.bias.copy_(torch.randn(o, generator=g))
@@ -266,18 +294,22 @@ def conv_module_cases(dtype, batches=(1, 8), layers=None, layouts=("nchw", "chan
                     mod.pack_weight = True  # inference: opted in
                     return (mod, torch.randn(n, c, hw, hw, generator=g).to(dtype).contiguous(memory_format=fmt)), {}
 
-                flops = 2.0 * n * o * hw * hw * c * k * k
+                ohw = (hw + 2 * (k // 2) - k) // s + 1
+                flops = 2.0 * n * o * ohw * ohw * c * k * k
                 out.append(
                     _case(
                         "Conv2d",
                         "fwd",
                         dtype,
-                        f"{k}x{k} C={c} O={o} HW={hw} N={n}" + (" CL" if layout == "channels_last" else ""),
+                        f"{k}x{k} C={c} O={o} HW={hw} N={n}"
+                        + (f" s={s}" if s != 1 else "")
+                        + (" CL" if layout == "channels_last" else ""),
                         make,
                         lambda a, kw: F.conv2d(
                             a[1].double(),
                             a[0].weight.detach().double(),
                             a[0].bias.detach().double(),
+                            stride=a[0].stride,
                             padding=a[0].padding,
                         ),
                         flops,

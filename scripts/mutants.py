@@ -530,6 +530,22 @@ MUTANTS: list[Mutant] = [
         "SYCL conv2d (implicit GEMM): the bias added in every K block (twice or more when K is blocked)",
     ),
     M(
+        "sycl-conv-igemm-row-run-edge",
+        "csrc/sycl/kernels/conv2d.hpp",
+        "const bool in = sy >= 0 && sy < Hs && sx >= 0 && sx + (KW - 1) < Ws;",
+        "const bool in = sy >= 0 && sy < Hs && sx >= 0 && sx + (KW - 1) <= Ws;",
+        "tests/test_conv2d_tiling.py -k 'sycl and row_run_edge'",
+        "SYCL conv2d (implicit GEMM) row runs: a run ending one past the input row counted as inside",
+    ),
+    M(
+        "sycl-conv-igemm-row-run-short",
+        "csrc/sycl/kernels/conv2d.hpp",
+        "const int64_t steps = KW * Csg;",
+        "const int64_t steps = KW * Csg - 1;",
+        "tests/test_conv2d_tiling.py -k 'sycl and stem'",
+        "SYCL conv2d (implicit GEMM) row runs: the last (kw, i) step of each kernel row dropped",
+    ),
+    M(
         "sycl-conv-igemm-relu-nan",
         "csrc/sycl/kernels/conv2d.hpp",
         "                if (relu) v = v < A(0) ? A(0) : v;  // NaN propagates, as torch.relu\n",

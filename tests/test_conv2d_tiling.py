@@ -1,6 +1,8 @@
 """conv2d's work-group shape and weight packing on the SYCL backends: the per-layer tiling (pixel tiles per
 work-group, K blocking; overridable through XKERNELS_CONV2D_TILING for measuring) never changes a bit of the
-result, and the packing kernels copy the weight's elements exactly, from any weight layout."""
+result, and the packing kernels copy the weight's elements exactly, from any weight layout. The row runs of the
+channels_last forward (a kernel row's taps as one loop, taken without K blocks) are checked the same way: every
+K-blocked tiling runs the same products tap by tap."""
 
 from __future__ import annotations
 
@@ -21,6 +23,12 @@ LAYERS = {
     "deep3x3": (2, 96, 5, 6, 80, 3, 3, 1, 1, 1, 1),  # reduction 864 steps: several K blocks
     "pointwise": (1, 72, 7, 7, 64, 1, 1, 1, 0, 1, 1),
     "strided_groups": (2, 64, 9, 8, 96, 3, 3, 2, 1, 1, 2),
+    # channels_last forward without K blocks runs a kernel row's taps as one run of KW * C source elements where
+    # every pixel of a tile has the whole row inside the input: the 3-channel 7x7 stride-2 stem, and a 3x5 window
+    # whose padding (1) is short of KW // 2, so a tile ending at the row's last output pixel (m0 = 78: row 2,
+    # columns 22-27) has one pixel whose run would end exactly one past the row.
+    "stem_7x7_s2": (2, 3, 23, 19, 16, 7, 7, 2, 3, 1, 1),
+    "row_run_edge": (1, 5, 6, 30, 16, 3, 5, 1, 1, 1, 1),
 }
 TILINGS = ["tiles=1,kblock=0", "tiles=3,kblock=100", "tiles=8,kblock=7", "kblock=1", "tiles=32"]
 
