@@ -24,10 +24,11 @@ LAYERS = {
     "pointwise": (1, 72, 7, 7, 64, 1, 1, 1, 0, 1, 1),
     "strided_groups": (2, 64, 9, 8, 96, 3, 3, 2, 1, 1, 2),
     # channels_last forward without K blocks runs a kernel row's taps as one run of KW * C source elements where
-    # every pixel of a tile has the whole row inside the input: the 3-channel 7x7 stride-2 stem, and a 3x5 window
-    # whose padding (1) is short of KW // 2, so a tile ending at the row's last output pixel (m0 = 78: row 2,
-    # columns 22-27) has one pixel whose run would end exactly one past the row.
-    "stem_7x7_s2": (2, 3, 23, 19, 16, 7, 7, 2, 3, 1, 1),
+    # every pixel of a tile has the whole row inside the input: the 3-channel 7x7 stride-2 stem (64 channels: the
+    # wide 6-pixel tile; output columns 2-16 of 19 have their rows inside), and a 3x5 window whose padding (1) is
+    # short of KW // 2 (16 channels: the narrow 8-pixel tile), so the tile of row 1's last 8 output pixels
+    # (m0 = 48) has one pixel whose run would end exactly one past the input row.
+    "stem_7x7_s2": (2, 3, 23, 37, 64, 7, 7, 2, 3, 1, 1),
     "row_run_edge": (1, 5, 6, 30, 16, 3, 5, 1, 1, 1, 1),
 }
 TILINGS = ["tiles=1,kblock=0", "tiles=3,kblock=100", "tiles=8,kblock=7", "kblock=1", "tiles=32"]
