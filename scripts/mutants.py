@@ -546,6 +546,14 @@ MUTANTS: list[Mutant] = [
         "SYCL conv2d (implicit GEMM) row runs: the last (kw, i) step of each kernel row dropped",
     ),
     M(
+        "sycl-conv-igemm-row-run-channel-stride",
+        "csrc/sycl/kernels/conv2d.hpp",
+        "const A a = load<T>(rp[r], kx * sW + i * sC);",
+        "const A a = load<T>(rp[r], kx * sW + i);",
+        "tests/test_conv2d_tiling.py -k 'sycl and stem'",
+        "SYCL conv2d (implicit GEMM) row runs of NCHW input: the channel stride dropped (neighbouring pixels read)",
+    ),
+    M(
         "sycl-conv-igemm-relu-nan",
         "csrc/sycl/kernels/conv2d.hpp",
         "                if (relu) v = v < A(0) ? A(0) : v;  // NaN propagates, as torch.relu\n",

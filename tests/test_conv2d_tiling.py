@@ -1,8 +1,8 @@
 """conv2d's work-group shape and weight packing on the SYCL backends: the per-layer tiling (pixel tiles per
 work-group, K blocking; overridable through XKERNELS_CONV2D_TILING for measuring) never changes a bit of the
-result, and the packing kernels copy the weight's elements exactly, from any weight layout. The row runs of the
-channels_last forward (a kernel row's taps as one loop, taken without K blocks) are checked the same way: every
-K-blocked tiling runs the same products tap by tap."""
+result, and the packing kernels copy the weight's elements exactly, from any weight layout. The forward's row runs
+(a kernel row's taps from one address per pixel, taken without K blocks) are checked the same way: every K-blocked
+tiling runs the same products tap by tap."""
 
 from __future__ import annotations
 
@@ -23,8 +23,9 @@ LAYERS = {
     "deep3x3": (2, 96, 5, 6, 80, 3, 3, 1, 1, 1, 1),  # reduction 864 steps: several K blocks
     "pointwise": (1, 72, 7, 7, 64, 1, 1, 1, 0, 1, 1),
     "strided_groups": (2, 64, 9, 8, 96, 3, 3, 2, 1, 1, 2),
-    # channels_last forward without K blocks runs a kernel row's taps as one run of KW * C source elements where
-    # every pixel of a tile has the whole row inside the input: the 3-channel 7x7 stride-2 stem (64 channels: the
+    # the forward without K blocks runs a kernel row's taps as one row run (one address per pixel; channels_last:
+    # KW * C contiguous elements) where every pixel of a tile has the whole row inside the input, in both memory
+    # formats: the 3-channel 7x7 stride-2 stem (64 channels: the
     # wide 6-pixel tile; output columns 2-16 of 19 have their rows inside), and a 3x5 window whose padding (1) is
     # short of KW // 2 (16 channels: the narrow 8-pixel tile), so the tile of row 1's last 8 output pixels
     # (m0 = 48) has one pixel whose run would end exactly one past the input row.

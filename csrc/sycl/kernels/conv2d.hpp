@@ -357,9 +357,11 @@ void conv2d_igemm<DST_CL, S, R, Q>::run(item_arg<1> ia, const params<T>& p) {
   const T* zero = wpk + G * npanels * K * panel;
   // K blocks (element types accumulated in themselves only: the partial sums wait in dst, exactly).
   const int64_t kb = std::is_same_v<T, A> && kblock > 0 && kblock < K ? kblock : K;
-  // Row runs (below): a forward pass over a dense channels_last source (channel stride 1, pixel stride Csg: one
-  // group), undilated along the row, in one K block, with more than one tap per kernel row.
-  const bool row_runs = !transposed && kb == K && G == 1 && sC == 1 && sW == Csg && dw == 1 && KW > 1;
+  // Row runs (below): a forward pass of one group, undilated along the row, in one K block, with more than one tap
+  // per kernel row; `dense_runs`: a dense channels_last source (channel stride 1, pixel stride Csg), whose row runs
+  // are contiguous.
+  const bool row_runs = !transposed && kb == K && G == 1 && dw == 1 && KW > 1;
+  const bool dense_runs = sC == 1 && sW == Csg;
   for (int64_t k0 = 0; k0 < K; k0 += kb) {
     const int64_t k1 = k0 + kb < K ? k0 + kb : K;
     // Consecutive pixel tiles per work-group (amortises the per-work-group cost of short
@@ -388,10 +390,12 @@ void conv2d_igemm<DST_CL, S, R, Q>::run(item_arg<1> ia, const params<T>& p) {
       for (int64_t t = k0 / Csg; t * Csg < k1;) {
         const int64_t kh = t / KW, kw = t - kh * KW;
         if (row_runs && kw == 0) {
-          // Kernel row kh: where every pixel's KW taps lie inside the source row, their (kw, i) steps are KW * Csg
-          // consecutive source elements and consecutive rows of the packed weight: one loop of KW * Csg steps
-          // instead of KW taps of Csg (the 7x7 stem: 21 steps instead of 7 taps of 3 channels, each with R
-          // address computations). The same products in the same order as tap by tap: bit-identical results.
+          // Kernel row kh: where every pixel's KW taps lie inside the source row, the row's KW * Csg steps (kw, i)
+          // read source element kw * sW + i * sC from the row's start, and consecutive rows of the packed weight:
+          // one address per pixel and kernel row instead of one per pixel and tap (the 7x7 stem: 7 taps of 3
+          // channels, each with R address computations and bounds checks). A dense channels_last source is one
+          // contiguous run of KW * Csg elements: a single loop. The same products in the same order as tap by
+          // tap: bit-identical results.
           const T* rp[R];
           bool inside = true;
           XK_UNROLL
@@ -401,7 +405,7 @@ void conv2d_igemm<DST_CL, S, R, Q>::run(item_arg<1> ia, const params<T>& p) {
             inside = inside && in;
             rp[r] = src + pn[r] * sN + (in ? sy * sH + sx * sW : 0);
           }
-          if (inside) {  // uniform; otherwise the row's taps one by one, below
+          if (inside && dense_runs) {  // uniform; otherwise the row's taps one by one, below
             const T* wk = wg + t * Csg * panel;
             const int64_t steps = KW * Csg;
             for (int64_t j = 0; j < steps; ++j) {
@@ -413,6 +417,24 @@ void conv2d_igemm<DST_CL, S, R, Q>::run(item_arg<1> ia, const params<T>& p) {
                 const A a = load<T>(rp[r], j);
                 XK_UNROLL
                 for (int q = 0; q < Q; ++q) acc[r][q] = sycl::fma(a, w[q], acc[r][q]);
+              }
+            }
+            t += KW;
+            continue;
+          }
+          if (inside) {  // any other layout (NCHW): kw, then the channels at stride sC
+            for (int64_t kx = 0; kx < KW; ++kx) {
+              const T* wk = wg + (t + kx) * Csg * panel;
+              for (int64_t i = 0; i < Csg; ++i) {
+                A w[Q];
+                XK_UNROLL
+                for (int q = 0; q < Q; ++q) w[q] = load<T>(wk, i * panel + q * S);
+                XK_UNROLL
+                for (int r = 0; r < R; ++r) {
+                  const A a = load<T>(rp[r], kx * sW + i * sC);
+                  XK_UNROLL
+                  for (int q = 0; q < Q; ++q) acc[r][q] = sycl::fma(a, w[q], acc[r][q]);
+                }
               }
             }
             t += KW;
