@@ -65,7 +65,7 @@ LINEAR_NK = [1024, 4096]
 RESNET50_3X3 = [(64, 64, 56), (128, 128, 28), (256, 256, 14), (512, 512, 7)]
 RESNET50_1X1 = [(64, 256, 56), (256, 64, 56), (512, 128, 28), (1024, 256, 14), (2048, 512, 7)]
 # Every distinct conv layer of xkernels.models.resnet50 (v1: a stage's stride sits on its first 1x1 conv and on the
-# downsample path), as (C_in, C_out, H=W of the input, kernel, stride), padding kernel // 2: the stem, 12 stride-1
+# downsample path), as (C_in, C_out, H=W of the input, kernel, stride), padding kernel // 2: the stem, 9 stride-1
 # 1x1 layers, 4 stride-1 3x3 layers and the 6 stride-2 1x1 layers (the conv suites' default).
 RESNET50_LAYERS = [
     (3, 64, 224, 7, 2),

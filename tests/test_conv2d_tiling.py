@@ -23,12 +23,12 @@ LAYERS = {
     "deep3x3": (2, 96, 5, 6, 80, 3, 3, 1, 1, 1, 1),  # reduction 864 steps: several K blocks
     "pointwise": (1, 72, 7, 7, 64, 1, 1, 1, 0, 1, 1),
     "strided_groups": (2, 64, 9, 8, 96, 3, 3, 2, 1, 1, 2),
-    # the forward without K blocks runs a kernel row's taps as one row run (one address per pixel; channels_last:
+    # The forward without K blocks runs a kernel row's taps as one row run (one address per pixel; channels_last:
     # KW * C contiguous elements) where every pixel of a tile has the whole row inside the input, in both memory
-    # formats: the 3-channel 7x7 stride-2 stem (64 channels: the
-    # wide 6-pixel tile; output columns 2-16 of 19 have their rows inside), and a 3x5 window whose padding (1) is
-    # short of KW // 2 (16 channels: the narrow 8-pixel tile), so the tile of row 1's last 8 output pixels
-    # (m0 = 48) has one pixel whose run would end exactly one past the input row.
+    # formats: the 3-channel 7x7 stride-2 stem (64 channels: the wide 6-pixel tile; output columns 2-16 of 19
+    # have their rows inside), and a 3x5 window whose padding (1) is short of KW // 2 (16 channels: the narrow
+    # 8-pixel tile), so the tile of row 1's last 8 output pixels (m0 = 48) has one pixel whose run would end
+    # exactly one past the input row.
     "stem_7x7_s2": (2, 3, 23, 37, 64, 7, 7, 2, 3, 1, 1),
     "row_run_edge": (1, 5, 6, 30, 16, 3, 5, 1, 1, 1, 1),
 }
