@@ -643,6 +643,14 @@ MUTANTS: list[Mutant] = [
         "SYCL conv2d 1x1 grad_weight read in place: every pixel paired with the next pixel's input row",
     ),
     M(
+        "sycl-conv-gi-strided-pointwise-offset",
+        "csrc/sycl/conv2d.cpp",
+        "      .slice(1, 0, p.OH * p.stride[0], p.stride[0])",
+        "      .slice(1, 1, p.OH * p.stride[0] + 1, p.stride[0])",
+        "tests/test_conv2d_gemm_paths.py -k 'sycl and strided_pointwise'",
+        "SYCL conv2d strided 1x1 grad_input as a GEMM: the gradient placed one row below the sampled pixels",
+    ),
+    M(
         "sycl-conv-gw-window-last-pixel",
         "csrc/sycl/conv2d.cpp",
         "const int64_t K = (p.N - 1) * img + (p.OH - 1) * Wp + p.OW;",

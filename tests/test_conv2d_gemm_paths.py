@@ -242,6 +242,34 @@ def test_pointwise_forward_and_grad_input_as_gemm(sycl_cpu, dtype):
     assert_close(gi, ref, dtype, "1x1 grad_input", terms=100)
 
 
+# (N, C, H, W, O, stride): stride 2 with even and odd sizes (odd: the last row / column of the input is a sampled
+# pixel; even: the last one gets no gradient), unequal strides, a partial weight panel (O = 33).
+STRIDED_GI_CASES = {
+    "s2_even": (2, 64, 10, 8, 40, (2, 2)),
+    "s2_odd": (1, 48, 9, 7, 33, (2, 2)),
+    "s3x2": (2, 16, 7, 9, 70, (3, 2)),
+}
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=str)
+@pytest.mark.parametrize("case", STRIDED_GI_CASES.values(), ids=STRIDED_GI_CASES.keys())
+def test_strided_pointwise_grad_input_as_gemm(sycl_cpu, case, dtype):
+    """grad_input of a strided 1x1 channels_last convolution: the stride-1 GEMM onto the sampled pixels, zeros
+    elsewhere (the oracle checks both), and no direct kernel."""
+    N, C, H, W, O, stride = case
+    torch.manual_seed(5)
+    x = torch.randn(N, C, H, W, dtype=dtype).contiguous(memory_format=CL)
+    w = torch.randn(O, C, 1, 1, dtype=dtype)
+    OH, OW = (H - 1) // stride[0] + 1, (W - 1) // stride[1] + 1
+    go = torch.randn(N, O, OH, OW, dtype=dtype).contiguous(memory_format=CL)
+    mask = [True, False, False]
+    (gi, _, _), counts = _launches(lambda: _backward(go, x, w, list(stride), [0, 0], [1, 1], mask))
+    ref, _, _ = _oracle_backward(go, x, w, list(stride), [0, 0], [1, 1], mask)
+    assert counts.get("linear_gemm_panel", 0) >= 1 and "conv2d_igemm" not in counts, counts
+    assert gi.is_contiguous(memory_format=CL)
+    assert_close(gi, ref, dtype, f"strided 1x1 grad_input {case}", terms=O)
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16], ids=str)
 def test_nchw_pointwise_per_image_gemm(sycl_cpu, dtype):
     """1x1, stride 1, NCHW with at least 1024 pixels per image (Conv2dConfig::kImageGemmMinPixels): one GEMM per
