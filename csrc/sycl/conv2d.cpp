@@ -691,10 +691,14 @@ void amx_conv2d(Launcher& L, const Conv2dProblem& p, const at::Tensor& x, const 
 // conv2d_relu epilogue (bias, residual, ReLU: the panel GEMM's): out [pixels, O] = x [pixels, C] @ w^T; grad_input
 // [pixels, C] = grad_output [pixels, O] @ w. Measured on the Xeon (AVX-512), ResNet-50's 1x1 layers at batch 2:
 // 1.15-2.3x faster than conv2d_igemm with the per-call weight packing.
-bool pixel_gemm_fits(const Launcher& L, const Conv2dProblem& p, const at::Tensor& dense_cl) {
-  return p.KH == 1 && p.KW == 1 && p.stride == std::array<int64_t, 2>{1, 1} &&
-         p.padding == std::array<int64_t, 2>{0, 0} && p.groups == 1 && p.channels_last &&
+// A 1x1, unpadded, one-group problem over a dense channels_last tensor on a device that runs the CPU GEMM kernels,
+// any stride: the GEMM routes' common condition (pixel_gemm_fits at stride 1, strided_pixel_gemm_fits above it).
+bool pointwise_cl_gemm_fits(const Launcher& L, const Conv2dProblem& p, const at::Tensor& dense_cl) {
+  return p.KH == 1 && p.KW == 1 && p.padding == std::array<int64_t, 2>{0, 0} && p.groups == 1 && p.channels_last &&
          dense_cl.is_contiguous(at::MemoryFormat::ChannelsLast) && choose_gemm_variant(L, "conv2d") == GemmVariant::Cpu;
+}
+bool pixel_gemm_fits(const Launcher& L, const Conv2dProblem& p, const at::Tensor& dense_cl) {
+  return p.stride == std::array<int64_t, 2>{1, 1} && pointwise_cl_gemm_fits(L, p, dense_cl);
 }
 at::Tensor pixel_rows(const at::Tensor& t) {  // [N, C, H, W] channels_last dense -> [N*H*W, C], a view
   return t.permute({0, 2, 3, 1}).reshape({t.size(0) * t.size(2) * t.size(3), t.size(1)});
@@ -707,9 +711,7 @@ at::Tensor pixel_rows(const at::Tensor& t) {  // [N, C, H, W] channels_last dens
 // kernel had walked every input pixel through all O reduction steps, three of four of them for nothing at stride 2
 // (256 -> 512 on 56x56, batch 1: 2.31 ms against torch's 1.16 ms).
 bool strided_pixel_gemm_fits(const Launcher& L, const Conv2dProblem& p, const at::Tensor& dense_cl) {
-  return p.KH == 1 && p.KW == 1 && p.stride != std::array<int64_t, 2>{1, 1} &&
-         p.padding == std::array<int64_t, 2>{0, 0} && p.groups == 1 && p.channels_last &&
-         dense_cl.is_contiguous(at::MemoryFormat::ChannelsLast) && choose_gemm_variant(L, "conv2d") == GemmVariant::Cpu;
+  return p.stride != std::array<int64_t, 2>{1, 1} && pointwise_cl_gemm_fits(L, p, dense_cl);
 }
 
 template <typename T>
