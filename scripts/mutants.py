@@ -651,6 +651,22 @@ MUTANTS: list[Mutant] = [
         "SYCL conv2d strided 1x1 grad_input as a GEMM: the gradient placed one row below the sampled pixels",
     ),
     M(
+        "sycl-conv-col2im-first-tap",
+        "csrc/sycl/kernels/conv2d.hpp",
+        "const int64_t oy_lo = ty >= p.KH ? (ty - p.KH) / p.sh + 1 : 0;",
+        "const int64_t oy_lo = ty >= p.KH ? (ty - p.KH) / p.sh + 2 : 0;",
+        "tests/test_conv2d_gemm_paths.py -k 'sycl and col2im'",
+        "SYCL conv2d col2im (strided window grad_input): the first output row covering an input row skipped",
+    ),
+    M(
+        "sycl-conv-col2im-row-tap",
+        "csrc/sycl/kernels/conv2d.hpp",
+        "sum += row[ox * KKC + (tx - ox * p.sw) * C];",
+        "sum += row[ox * KKC + (tx - ox * p.sw - 1) * C];",
+        "tests/test_conv2d_gemm_paths.py -k 'sycl and col2im'",
+        "SYCL conv2d col2im (strided window grad_input): each tap read from its left neighbour's column",
+    ),
+    M(
         "sycl-conv-gw-window-last-pixel",
         "csrc/sycl/conv2d.cpp",
         "const int64_t K = (p.N - 1) * img + (p.OH - 1) * Wp + p.OW;",

@@ -10,6 +10,7 @@
   conv2d_packed's pre-packed panels) and grad_input;
 - 1x1 stride-1 NCHW convolutions of large images as one GEMM per image (the bias per row): forward, packed
   forward, residual epilogue, grad_input;
+- grad_input of strided windows (the stem) as a GEMM per image into columns and a gathering col2im;
 - Winograd for convolutions with unpacked weights (U transformed per call) and for grad_input of 3x3 stride-1
   layers (the flipped, transposed weight); a counter proves the Winograd kernels ran.
 The direct kernels these replace stay reachable (groups > 1, half types, residual epilogues): other files test them.
@@ -268,6 +269,49 @@ def test_strided_pointwise_grad_input_as_gemm(sycl_cpu, case, dtype):
     assert counts.get("linear_gemm_panel", 0) >= 1 and "conv2d_igemm" not in counts, counts
     assert gi.is_contiguous(memory_format=CL)
     assert_close(gi, ref, dtype, f"strided 1x1 grad_input {case}", terms=O)
+
+
+# (N, C, H, W, O, (KH, KW), stride, padding): the ResNet stem's window on a small image; a wide-channel 3x3 stride-2
+# layer (ResNet v1.5's); unequal strides, an asymmetric kernel and padding; no padding with rows and columns past the
+# last window (they get no gradient); padding beyond the window's reach; a row longer than several steps of a
+# work-group (32 pixels); a strided 1x1 layer (NCHW: through col2im; channels_last keeps its own GEMM route).
+COL2IM_GI_CASES = {
+    "stem_7x7_s2": (2, 3, 23, 37, 64, (7, 7), (2, 2), (3, 3)),
+    "c80_3x3_s2": (1, 80, 9, 10, 24, (3, 3), (2, 2), (1, 1)),
+    "k3x5_s3x2": (2, 5, 11, 13, 7, (3, 5), (3, 2), (1, 2)),
+    "unpadded_tail": (1, 4, 10, 12, 6, (3, 3), (2, 3), (0, 0)),
+    "wide_pad": (1, 2, 6, 7, 3, (2, 3), (2, 2), (3, 4)),
+    "long_row": (1, 3, 5, 150, 9, (5, 3), (2, 2), (2, 1)),
+    "pointwise_s2": (2, 24, 9, 11, 40, (1, 1), (2, 2), (0, 0)),
+}
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=str)
+@pytest.mark.parametrize("memory_format", ["nchw", "channels_last", "channels_last_weight"])
+@pytest.mark.parametrize("case", COL2IM_GI_CASES.values(), ids=COL2IM_GI_CASES.keys())
+def test_strided_window_grad_input_as_gemm_and_col2im(sycl_cpu, case, memory_format, dtype):
+    """grad_input of a strided window (one group, undilated): per image the GEMM grad_output @ w into columns, then
+    conv2d_col2im gathers each input pixel's taps (the oracle checks every pixel, the uncovered ones too); no direct
+    kernel. The weight as [O, (kh, kw, c)]: a copy (NCHW weight) or a view (channels_last weight)."""
+    N, C, H, W, O, k, stride, padding = case
+    fmt = torch.contiguous_format if memory_format == "nchw" else CL
+    torch.manual_seed(7)
+    x = torch.randn(N, C, H, W, dtype=dtype).contiguous(memory_format=fmt)
+    w = torch.randn(O, C, *k, dtype=dtype)
+    if memory_format == "channels_last_weight":
+        w = w.contiguous(memory_format=CL)
+    go = torch.randn_like(F.conv2d(x, w, None, stride, padding)).contiguous(memory_format=fmt)
+    mask = [True, False, False]
+    (gi, _, _), counts = _launches(lambda: _backward(go, x, w, list(stride), list(padding), [1, 1], mask))
+    ref, _, _ = _oracle_backward(go, x, w, list(stride), list(padding), [1, 1], mask)
+    if k == (1, 1) and fmt == CL:  # the strided 1x1 channels_last route: one GEMM, placed without col2im
+        assert "conv2d_col2im" not in counts and counts.get("linear_gemm_panel", 0) == 1, counts
+    else:
+        assert counts.get("conv2d_col2im", 0) == N and counts.get("linear_gemm_panel", 0) >= N, counts
+    assert "conv2d_igemm" not in counts, counts
+    assert gi.is_contiguous(memory_format=fmt)
+    taps = -(-k[0] // stride[0]) * -(-k[1] // stride[1])
+    assert_close(gi, ref, dtype, f"strided window grad_input {case}", terms=O * taps)
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16], ids=str)

@@ -1000,6 +1000,62 @@ void grad_weight_gemm(Launcher& L, const Conv2dProblem& p, const at::Tensor& go_
   }
 }
 
+// grad_input of a strided, undilated, one-group convolution (the 7x7 stride-2 stem, stride-2 3x3 layers, NCHW
+// stride-2 1x1 layers; channels_last 1x1 layers take strided_pointwise_grad_input before this) on a device that runs
+// the CPU GEMM kernels, float or double: per image, col [OH * OW, KH * KW * C] = grad_output [OH * OW, O] @
+// w [O, (kh, kw, c)] (the panel GEMM, the weight packed once), then conv2d_col2im gathers each input pixel's taps from
+// col. The destination-pixel kernel computed grad_input as a transposed convolution over every input pixel and tap,
+// although with stride s only one tap in s of each kernel row lands on an output pixel, and with few input channels
+// (the stem's 3) it ran its narrow tile with most lanes idle. Measured against it in one process (2-core Intel Xeon,
+// AVX-512 + AMX, 2026-12-06, batch 1 / 8, float32): the stem 8.3-9.3x (channels_last b1 27.6 -> 3.3 ms), 3x3
+// stride-2 layers of 8-512 channels 1.05-2.2x, NCHW stride-2 1x1 layers 1.24-3.0x. Stride 1 keeps the direct kernel
+// (the GEMM route lost there from 8 input channels).
+bool col2im_grad_input_fits(const Launcher& L, const Conv2dProblem& p) {
+  constexpr int64_t kFloatExact = int64_t(1) << 20;  // conv2d_col2im's float division is exact below this
+  return L.traits().is_cpu && p.groups == 1 && p.stride != std::array<int64_t, 2>{1, 1} &&
+         p.dilation == std::array<int64_t, 2>{1, 1} && p.W + p.padding[1] < kFloatExact &&
+         choose_gemm_variant(L, "conv2d_backward") == GemmVariant::Cpu;
+}
+
+template <typename T>
+void col2im_grad_input(Launcher& L, const Conv2dProblem& p, const at::Tensor& go, const at::Tensor& weight,
+                       at::Tensor& gi) {
+  using K = xk::conv2d_col2im;
+  const int64_t KKC = p.KH * p.KW * p.C, pixels = p.OH * p.OW;
+  const int64_t cols = xk::PanelTile<T>::kCols;
+  // w [O, C, KH, KW] -> [O, (kh, kw, c)] (a view of a channels_last weight, else a small copy that must outlive the
+  // packing kernel), packed once.
+  const at::Tensor w_rows = weight.permute({0, 2, 3, 1}).reshape({p.O, KKC});
+  const at::Tensor packed = pack_panels<T>(L, w_rows);
+  const at::Tensor col = empty({pixels, KKC}, go.options());
+  at::Tensor c = col, partial;
+  for (int64_t n = 0; n < p.N; ++n) {
+    // grad_output of image n as [pixels, O] (a view in either memory format); in-order queue: this GEMM overwrites
+    // col after the previous image's col2im has read it.
+    const at::Tensor a = go[n].reshape({p.O, pixels}).t();
+    panel_gemm<T>(L, a, cptr<T>(packed), cols, p.O * cols, cols, KKC, at::Tensor(), /*relu=*/false, c, partial);
+    L.launch<K, T>(sycl::nd_range<1>(sycl::range<1>(p.H * K::kLocal), sycl::range<1>(K::kLocal)),
+                   {.col = cptr<T>(col),
+                    .gi = mptr<T>(gi) + n * gi.stride(0),
+                    .C = p.C,
+                    .H = p.H,
+                    .W = p.W,
+                    .sC = gi.stride(1),
+                    .sH = gi.stride(2),
+                    .sW = gi.stride(3),
+                    .OH = p.OH,
+                    .OW = p.OW,
+                    .KH = p.KH,
+                    .KW = p.KW,
+                    .sh = p.stride[0],
+                    .sw = p.stride[1],
+                    .ph = p.padding[0],
+                    .pw = p.padding[1],
+                    .inv_sw = 1.0f / static_cast<float>(p.stride[1])});
+  }
+  L.finish(gi);  // packed and col die here
+}
+
 // grad_output dense in the problem's memory format (itself when it is). A channels_last problem on a CPU device is
 // copied by a SYCL kernel (pad_to_grid without padding) instead of torch: torch's copy would run on its OpenMP
 // threads right after the forward's SYCL kernels, while the runtime's workers still spin (docs/performance.md,
@@ -1051,6 +1107,12 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> backward(Launcher L, const at::Te
       }
       if constexpr (std::is_same_v<T, float>) {
         if (!done) done = grad_input_winograd(L, p, go, weight, gi);
+      }
+      if constexpr (std::is_same_v<T, acc>) {  // float and double: col holds the GEMM's rounded sums
+        if (!done && col2im_grad_input_fits(L, p)) {
+          col2im_grad_input<T>(L, p, go, weight, gi);
+          done = true;
+        }
       }
       if (!done) run_destination_gemm<T>(L, p, go, weight, at::Tensor(), gi, /*transposed=*/true);
       if (!p.batched) gi = gi.view(input.sizes());

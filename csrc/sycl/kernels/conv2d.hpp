@@ -172,6 +172,27 @@ struct conv2d_im2col {
   static void run(item_arg<1> ia, const params<T>& p);
 };
 
+// grad_input as a GEMM (groups == 1, undilated, strided: conv2d.cpp col2im_grad_input): the GEMM writes, for one
+// image, col [OH * OW, KH * KW * C] = grad_output [OH * OW, O] @ w [O, (kh, kw, c)]; this kernel gathers every input
+// pixel's gradient from the columns of the output pixels whose windows cover it (each element of col lands on one
+// input pixel or in the padding: no scatter, no atomics).
+template <typename T>
+struct conv2d_col2im_params {
+  const T* col;
+  T* gi;  // the image's grad_input [C, H, W], element strides (sC, sH, sW)
+  int64_t C, H, W, sC, sH, sW, OH, OW, KH, KW, sh, sw, ph, pw;
+  float inv_sw;  // 1.0f / sw
+};
+struct conv2d_col2im {
+  static constexpr int dims = 1;
+  static constexpr int kLocal = 32;  // pixels of one input row per step of a work-group
+  using types = type_list<float, double>;
+  template <typename T>
+  using params = conv2d_col2im_params<T>;
+  template <typename T>
+  static void run(item_arg<1> ia, const params<T>& p);
+};
+
 template <typename T>
 struct conv2d_reduce_splits_params {
   const acc_t<T>* part;
@@ -992,6 +1013,44 @@ void conv2d_im2col::run(item_arg<1> ia, const params<T>& p) {
   }
 }
 
+// ------------------------------------------------------------------ col2im (grad_input of strided windows)
+// Work-group = one input row h (uniform: the row's range of output rows), lane = pixel w, looping over the row in
+// blocks of kLocal pixels and over the channels (a work-group per row and channel block cost the CPU device ~0.6 us
+// of dispatch each, more than its work). Input pixel (h, w) is tap (kh, kw) = (h + ph - oy * sh, w + pw - ox * sw) of
+// output pixel (oy, ox) for every oy with 0 <= h + ph - oy * sh < KH (and the same along the row), so the taps are a
+// range of output pixels per dimension, no test per tap. The range of ox differs by lane; floor((w + pw) / sw) is
+// computed in float (lanes have no integer division): (a + 0.5) * (1 / sw) lies at least 0.5 / sw from an integer,
+// and float's error is far below that for a < 2^20 (the host takes the route only below that). Terms summed in the
+// order oy, then ox ascending, in the accumulation type (T is float or double here).
+// Launch: nd_range<1>, local size kLocal, global size kLocal * H.
+template <typename T>
+void conv2d_col2im::run(item_arg<1> ia, const params<T>& p) {
+  const auto it = item(ia);
+  const int64_t lid = static_cast<int64_t>(it.get_local_id(0));
+  const int64_t h = static_cast<int64_t>(it.get_group(0));
+  const int64_t C = p.C, KKC = p.KH * p.KW * C;
+  const int64_t ty = h + p.ph;
+  const int64_t oy_hi = sycl::min(p.OH - 1, ty / p.sh);
+  const int64_t oy_lo = ty >= p.KH ? (ty - p.KH) / p.sh + 1 : 0;  // the first oy with ty - oy * sh < KH
+  for (int64_t w0 = 0; w0 < p.W; w0 += kLocal) {
+    const int64_t w = w0 + lid;
+    const bool inside = w < p.W;
+    const int64_t tx = w + p.pw;
+    const int64_t ox_hi =
+        inside ? sycl::min(p.OW - 1, static_cast<int64_t>((static_cast<float>(tx) + 0.5f) * p.inv_sw)) : -1;
+    const int64_t ox_lo = tx >= p.KW ? static_cast<int64_t>((static_cast<float>(tx - p.KW) + 0.5f) * p.inv_sw) + 1 : 0;
+    T* dst = p.gi + h * p.sH + w * p.sW;
+    for (int64_t c = 0; c < C; ++c) {
+      acc_t<T> sum = 0;
+      for (int64_t oy = oy_lo; oy <= oy_hi; ++oy) {
+        const T* row = p.col + oy * p.OW * KKC + (ty - oy * p.sh) * p.KW * C + c;
+        for (int64_t ox = ox_lo; ox <= ox_hi; ++ox) sum += row[ox * KKC + (tx - ox * p.sw) * C];
+      }
+      if (inside) dst[c * p.sC] = from_acc<T>(sum);
+    }
+  }
+}
+
 // ------------------------------------------------------------------ split reduction
 // dst[dst(o, c, kh, kw)] = sum over s = 0..splits-1 (in order) of part[s * part_stride + src], converted to T,
 // for the packed position src = [g, kh, kw, c, o % Opg] with o padded to Opg_pad (o = g * Opg + o % Opg), and
@@ -1541,9 +1600,9 @@ using conv2d_wino_kernels = kernel_list<conv2d_wino_input<true, S>, conv2d_wino_
 template <int S>
 using conv2d_lane_kernels =
     std::conditional_t<S == 8, concat_t<conv2d_lane_base<S>, conv2d_avx2_tiles>, conv2d_lane_base<S>>;
-using conv2d_kernels = concat_t<
-    conv2d_lane_kernels<16>, conv2d_lane_kernels<8>, conv2d_lane_kernels<32>, conv2d_wino_kernels<16>,
-    conv2d_wino_kernels<8>,
-    kernel_list<conv2d_wino_gemm<16, 6, 4>, conv2d_reduce_splits, conv2d_im2col, conv2d_pack_groups, conv2d_wino_pack>>;
+using conv2d_kernels = concat_t<conv2d_lane_kernels<16>, conv2d_lane_kernels<8>, conv2d_lane_kernels<32>,
+                                conv2d_wino_kernels<16>, conv2d_wino_kernels<8>,
+                                kernel_list<conv2d_wino_gemm<16, 6, 4>, conv2d_reduce_splits, conv2d_im2col,
+                                            conv2d_col2im, conv2d_pack_groups, conv2d_wino_pack>>;
 
 }  // namespace xk
