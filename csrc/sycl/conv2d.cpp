@@ -1050,8 +1050,7 @@ void col2im_grad_input(Launcher& L, const Conv2dProblem& p, const at::Tensor& go
                     .sh = p.stride[0],
                     .sw = p.stride[1],
                     .ph = p.padding[0],
-                    .pw = p.padding[1],
-                    .inv_sw = 1.0f / static_cast<float>(p.stride[1])});
+                    .pw = p.padding[1]});
   }
   L.finish(gi);  // packed and col die here
 }

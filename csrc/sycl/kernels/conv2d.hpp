@@ -181,7 +181,6 @@ struct conv2d_col2im_params {
   const T* col;
   T* gi;  // the image's grad_input [C, H, W], element strides (sC, sH, sW)
   int64_t C, H, W, sC, sH, sW, OH, OW, KH, KW, sh, sw, ph, pw;
-  float inv_sw;  // 1.0f / sw
 };
 struct conv2d_col2im {
   static constexpr int dims = 1;
@@ -1032,13 +1031,14 @@ void conv2d_col2im::run(item_arg<1> ia, const params<T>& p) {
   const int64_t ty = h + p.ph;
   const int64_t oy_hi = sycl::min(p.OH - 1, ty / p.sh);
   const int64_t oy_lo = ty >= p.KH ? (ty - p.KH) / p.sh + 1 : 0;  // the first oy with ty - oy * sh < KH
+  const float inv_sw = 1.0f / static_cast<float>(p.sw);
   for (int64_t w0 = 0; w0 < p.W; w0 += kLocal) {
     const int64_t w = w0 + lid;
     const bool inside = w < p.W;
     const int64_t tx = w + p.pw;
     const int64_t ox_hi =
-        inside ? sycl::min(p.OW - 1, static_cast<int64_t>((static_cast<float>(tx) + 0.5f) * p.inv_sw)) : -1;
-    const int64_t ox_lo = tx >= p.KW ? static_cast<int64_t>((static_cast<float>(tx - p.KW) + 0.5f) * p.inv_sw) + 1 : 0;
+        inside ? sycl::min(p.OW - 1, static_cast<int64_t>((static_cast<float>(tx) + 0.5f) * inv_sw)) : -1;
+    const int64_t ox_lo = tx >= p.KW ? static_cast<int64_t>((static_cast<float>(tx - p.KW) + 0.5f) * inv_sw) + 1 : 0;
     T* dst = p.gi + h * p.sH + w * p.sW;
     for (int64_t c = 0; c < C; ++c) {
       acc_t<T> sum = 0;
