@@ -651,6 +651,22 @@ MUTANTS: list[Mutant] = [
         "SYCL conv2d strided 1x1 grad_input as a GEMM: the gradient placed one row below the sampled pixels",
     ),
     M(
+        "sycl-linear-panel-block-width",
+        "csrc/sycl/kernels/fused_linear_relu.hpp",
+        "const int64_t rg = g_in / block_width, panel = block * p.panel_block + g_in % block_width;",
+        "const int64_t rg = g_in / p.panel_block, panel = block * p.panel_block + g_in % p.panel_block;",
+        "tests/test_sycl_fused_linear_relu.py -k panel_blocks",
+        "SYCL linear panel GEMM: the last, narrower block of panels walked as if it were full",
+    ),
+    M(
+        "sycl-conv-strided-rows-image",
+        "csrc/sycl/kernels/fused_linear_relu.hpp",
+        "return n * sn + oh * sh + (r - oh * ow) * rs;",
+        "return oh * sh + (r - oh * ow) * rs;",
+        "tests/test_conv2d_gemm_paths.py -k 'sycl and strided_pointwise_forward'",
+        "SYCL conv2d strided 1x1 forward: every image's rows read from the first image",
+    ),
+    M(
         "sycl-conv-col2im-first-tap",
         "csrc/sycl/kernels/conv2d.hpp",
         "const int64_t oy_lo = ty >= p.KH ? (ty - p.KH) / p.sh + 1 : 0;",

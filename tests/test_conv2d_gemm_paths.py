@@ -7,7 +7,8 @@
 - grad_weight of stride-1 windows of channels_last problems with large images over a zero-padded pixel grid (no
   im2col), bit-equal to the im2col route, and its fallback for non-finite input;
 - 1x1 stride-1 channels_last convolutions as a GEMM on NHWC memory: forward (no bias, bias + ReLU, and through
-  conv2d_packed's pre-packed panels) and grad_input;
+  conv2d_packed's pre-packed panels) and grad_input; strided ones: forward with the sampled pixels read in place
+  (the GEMM's row map) and grad_input;
 - 1x1 stride-1 NCHW convolutions of large images as one GEMM per image (the bias per row): forward, packed
   forward, residual epilogue, grad_input;
 - grad_input of strided windows (the stem) as a GEMM per image into columns and a gathering col2im;
@@ -269,6 +270,51 @@ def test_strided_pointwise_grad_input_as_gemm(sycl_cpu, case, dtype):
     assert counts.get("linear_gemm_panel", 0) >= 1 and "conv2d_igemm" not in counts, counts
     assert gi.is_contiguous(memory_format=CL)
     assert_close(gi, ref, dtype, f"strided 1x1 grad_input {case}", terms=O)
+
+
+# (N, C, H, W, O, stride): even and odd sizes, unequal strides, 3 images of 7 x 7 sampled pixels (147 GEMM rows:
+# 6-row tiles straddle output rows and images, several 48-row groups), partial weight panels (O = 70, 49). At least
+# 48 output channels: below that, the pre-packed weight has the direct kernel's narrow layout, which that kernel
+# reads (shapes.h kConv2dWideMinChannels).
+STRIDED_FWD_CASES = {
+    "s2_even": (2, 64, 10, 8, 64, (2, 2)),
+    "s2_odd": (1, 48, 9, 7, 49, (2, 2)),
+    "s3x2": (2, 16, 7, 9, 70, (3, 2)),
+    "three_images": (3, 40, 13, 14, 70, (2, 2)),
+}
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=str)
+@pytest.mark.parametrize("case", STRIDED_FWD_CASES.values(), ids=STRIDED_FWD_CASES.keys())
+def test_strided_pointwise_forward_as_gemm(sycl_cpu, case, dtype):
+    """Forward of a strided 1x1 channels_last convolution: the panel GEMM reads the sampled pixels in place (its
+    row map over [N, OH, OW]); conv2d, conv2d_relu with a residual, conv2d_packed with and without an epilogue,
+    each against the oracle, with the GEMM launched once and no direct kernel."""
+    N, C, H, W, O, stride = case
+    torch.manual_seed(6)
+    x = torch.randn(N, C, H, W, dtype=dtype).contiguous(memory_format=CL)
+    w = torch.randn(O, C, 1, 1, dtype=dtype)
+    b = torch.randn(O, dtype=dtype)
+    x64, w64, b64 = x.double(), w.double(), b.double()
+    ref = F.conv2d(x64, w64, b64, stride)
+    ref_nobias = F.conv2d(x64, w64, None, stride)
+    res = torch.randn(ref.shape, dtype=dtype)
+    packed = xkernels.pack_conv2d_weight(w)
+    runs = {
+        "conv2d": (lambda: xkernels.conv2d(x, w, stride=stride), ref_nobias),
+        "relu_residual": (
+            lambda: xkernels.conv2d_relu(x, w, b, stride=stride, residual=res),
+            torch.relu(ref + res.double()),
+        ),
+        "packed_relu": (lambda: xkernels.conv2d_packed(x, packed, w.shape, b, stride=stride, relu=True), ref.relu()),
+        "packed": (lambda: xkernels.conv2d_packed(x, packed, w.shape, None, stride=stride), ref_nobias),
+    }
+    for name, (fn, expected) in runs.items():
+        with torch.no_grad():
+            out, counts = _launches(fn)
+        assert counts.get("linear_gemm_panel", 0) == 1 and "conv2d_igemm" not in counts, (name, counts)
+        assert out.is_contiguous(memory_format=CL)
+        assert_close(out, expected, dtype, f"strided 1x1 {name} {case}", terms=C + 1)
 
 
 # (N, C, H, W, O, (KH, KW), stride, padding): the ResNet stem's window on a small image; a wide-channel 3x3 stride-2

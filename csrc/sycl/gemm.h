@@ -41,6 +41,10 @@ struct GemmConfig {
   static constexpr int64_t kPanelKBlockStridedA = 64;
   // Rows of B per work-group of the packing kernel (keeps >= a few work-groups per panel).
   static constexpr int64_t kPackRowsPerGroup = 256;
+  // The panel GEMM's work-groups walk its column panels in blocks of about this many bytes of B (at least one
+  // panel; linear_gemm_panel_params::panel_block): the block's B panels stay in L2 while A's rows, read once per
+  // panel, stay in L1 from one panel of the block to the next instead of being streamed from memory once per panel.
+  static constexpr int64_t kPanelBlockBytes = 512 * 1024;
 };
 
 enum class GemmVariant { Cpu, Gpu };
@@ -103,6 +107,26 @@ inline void with_epilogue(bool bias, bool relu, F&& f) {
   f(F_{}, F_{});
 }
 
+// The A operand of the CPU GEMM: [M, K] with any strides, or [N, OH, OW, K] with any strides, whose rows are the
+// N * OH * OW pixels (ow fastest) at n * stride(0) + oh * stride(1) + ow * stride(2): a strided 1x1 convolution's
+// NHWC input read in place (x.permute(0, 2, 3, 1) sliced with the stride), which no 2-D view can describe.
+struct GemmRows {
+  int64_t M, K, rs, ks;
+  int64_t ow = 0, ohw = 0, sn = 0, sh = 0;  // linear_gemm_panel_params' row map; ow == 0: row m at m * rs
+};
+inline GemmRows gemm_rows(const at::Tensor& A) {
+  if (A.dim() == 2) return {A.size(0), A.size(1), A.stride(0), A.stride(1)};
+  TORCH_CHECK(A.dim() == 4, "xkernels: a GEMM's A operand is 2-D or 4-D, got ", A.dim(), " dimensions");
+  return {A.size(0) * A.size(1) * A.size(2),
+          A.size(3),
+          A.stride(2),
+          A.stride(3),
+          A.size(2),
+          A.size(1) * A.size(2),
+          A.stride(0),
+          A.stride(1)};
+}
+
 // B [K, N] (any strides) -> [ceil(N / kCols), K, kCols] contiguous, the panel-major layout of
 // linear_gemm_panel's B operand (columns past N zero). Queued before the GEMM that reads it
 // (in-order queue); the caller keeps the result alive until that GEMM is done.
@@ -134,10 +158,11 @@ void panel_gemm_lanes(Launcher& L, const at::Tensor& A, const T* b_ptr, int64_t 
                       at::Tensor& partial, bool accumulate, const T* res, bool bias_rows) {
   using G = xk::PanelTile<T, S>;
   using acc = xk::acc_t<T>;
-  const int64_t M = A.size(0), K = A.size(1);
+  const GemmRows a = gemm_rows(A);
+  const int64_t M = a.M, K = a.K;
   T* c_ptr = mptr<T>(C);
   // K blocks: partial sums live in C itself when T is the accumulation type.
-  const int64_t k_block = A.stride(1) == 1 ? xk::kPanelKBlock : GemmConfig::kPanelKBlockStridedA;
+  const int64_t k_block = a.ks == 1 ? xk::kPanelKBlock : GemmConfig::kPanelKBlockStridedA;
   acc* partial_ptr = nullptr;
   if (accumulate) {
     TORCH_CHECK((std::is_same_v<T, acc>) && !bias.defined() && !relu && res == nullptr,
@@ -152,12 +177,21 @@ void panel_gemm_lanes(Launcher& L, const at::Tensor& A, const T* b_ptr, int64_t 
     }
   }
   const int64_t row_groups = ceil_div(M, int64_t{G::kRows} * G::kRowTilesPerGroup);
-  const int64_t groups = row_groups * ceil_div(N, int64_t{G::kCols});
+  const int64_t panels = ceil_div(N, int64_t{G::kCols});
+  const int64_t groups = row_groups * panels;
+  // Panel blocks (GemmConfig::kPanelBlockBytes) where A is larger than a block's budget; a smaller A stays in L2
+  // across the panels anyway, and one panel at a time keeps that panel in L1 across the row groups.
+  constexpr int64_t budget = GemmConfig::kPanelBlockBytes;
+  const int64_t panel_bytes = int64_t{G::kCols} * K * static_cast<int64_t>(sizeof(T));
+  const int64_t panel_block =
+      M * K * static_cast<int64_t>(sizeof(T)) > budget
+          ? std::clamp<int64_t>(budget / std::max<int64_t>(panel_bytes, 1), 1, std::max<int64_t>(panels, 1))
+          : 1;
   const sycl::nd_range<1> range(sycl::range<1>(groups * G::kSubGroup), sycl::range<1>(G::kSubGroup));
   with_epilogue</*kBiasOnly=*/true>(bias.defined(), relu, [&](auto BIAS, auto RELU) {
     L.launch<xk::linear_gemm_panel<BIAS, RELU, S>, T>(range, {.A = cptr<T>(A),
-                                                              .a_rs = A.stride(0),
-                                                              .a_ks = A.stride(1),
+                                                              .a_rs = a.rs,
+                                                              .a_ks = a.ks,
                                                               .B = b_ptr,
                                                               .ldb = ldb,
                                                               .b_panel_stride = panel_stride,
@@ -173,7 +207,12 @@ void panel_gemm_lanes(Launcher& L, const at::Tensor& A, const T* b_ptr, int64_t 
                                                               .b_panel_cols = panel_cols,
                                                               .accumulate = accumulate ? 1 : 0,
                                                               .res = res,
-                                                              .bias_rows = bias_rows ? 1 : 0});
+                                                              .bias_rows = bias_rows ? 1 : 0,
+                                                              .a_ow = a.ow,
+                                                              .a_ohw = a.ohw,
+                                                              .a_sn = a.sn,
+                                                              .a_sh = a.sh,
+                                                              .panel_block = panel_block});
   });
 }
 
@@ -182,7 +221,8 @@ void panel_gemm_lanes(Launcher& L, const at::Tensor& A, const T* b_ptr, int64_t 
 // n % panel_cols (B in place: panel_cols = panel_stride). `partial` receives the acc-type K-block scratch when
 // T is not the accumulation type (the caller keeps it alive until the kernel is done). accumulate: C += A @ B
 // (no epilogue). res: [M, N] with C's row stride, added after the bias and before ReLU (null: none).
-// bias_rows: the bias is per row (bias[m], M values) instead of per column.
+// bias_rows: the bias is per row (bias[m], M values) instead of per column. A: [M, K], or [N, OH, OW, K] whose
+// first three dimensions are the rows (gemm_rows).
 template <typename T>
 void panel_gemm(Launcher& L, const at::Tensor& A, const T* b_ptr, int64_t ldb, int64_t panel_stride, int64_t panel_cols,
                 int64_t N, const at::Tensor& bias, bool relu, at::Tensor& C, at::Tensor& partial,
@@ -194,14 +234,15 @@ void panel_gemm(Launcher& L, const at::Tensor& A, const T* b_ptr, int64_t ldb, i
 }
 
 // C = epilogue(A @ B [+ bias] [+ res]) with C [M, N] contiguous; A [M, K] and B [K, N] are 2-D views
-// with any strides; res (CPU variant only) as panel_gemm's. Returns once the kernel is done for CPU tensors
-// (temporaries die here).
+// with any strides (the CPU variant also takes a 4-D A, gemm_rows); res (CPU variant only) as panel_gemm's.
+// Returns once the kernel is done for CPU tensors (temporaries die here).
 template <typename T>
 void gemm(Launcher& L, GemmVariant variant, const at::Tensor& A, const at::Tensor& B, const at::Tensor& bias, bool relu,
           at::Tensor& C, const T* res = nullptr) {
-  const int64_t M = A.size(0), K = A.size(1), N = B.size(1);
+  const int64_t M = gemm_rows(A).M, K = B.size(0), N = B.size(1);
   at::Tensor packed, partial;  // temporaries: must outlive the kernel (see the wait at the end)
   TORCH_CHECK(res == nullptr || variant == GemmVariant::Cpu, "xkernels: a residual epilogue needs the CPU GEMM");
+  TORCH_CHECK(A.dim() == 2 || variant == GemmVariant::Cpu, "xkernels: a 4-D A operand needs the CPU GEMM");
   if (variant == GemmVariant::Gpu) {
     using G = xk::TiledTile;
     const sycl::nd_range<2> range({static_cast<size_t>(ceil_div(M, G::kTile) * G::kLocal),
@@ -221,7 +262,8 @@ void gemm(Launcher& L, GemmVariant variant, const at::Tensor& A, const at::Tenso
                                                              .N = N,
                                                              .K = K});
     });
-  } else if (relu && res == nullptr && M <= GemmConfig::kDotMaxRows && A.stride(1) == 1 && B.stride(0) == 1) {
+  } else if (relu && res == nullptr && M <= GemmConfig::kDotMaxRows && A.dim() == 2 && A.stride(1) == 1 &&
+             B.stride(0) == 1) {
     // Both operands unit-stride along k (the forward pass as given): dot products, no packing.
     // (Instantiated for the forward epilogues only, hence `relu`.)
     with_cpu_lanes(L, [&](auto S_) {

@@ -94,6 +94,14 @@ struct linear_gemm_panel_params {
   const T* res;          // added after the bias, before ReLU, at C's offsets (conv2d's 1x1 GEMM); null: none
   int64_t bias_rows;     // 1: the bias is per row, bias[m] (conv2d's NCHW 1x1 GEMM: rows are output channels);
                          // 0: per column, bias[n]
+  // A's rows as pixels (PanelRows): a_ow > 0: row m is pixel (n, oh, ow) of an [N, OH, OW] grid (ow fastest,
+  // a_ohw = OH * OW) at A + n * a_sn + oh * a_sh + ow * a_rs (a strided 1x1 convolution's input in NHWC memory);
+  // a_ow == 0: row m at A + m * a_rs.
+  int64_t a_ow, a_ohw, a_sn, a_sh;
+  // Work-group order: column panels in blocks of panel_block; within a block, consecutive work-groups walk the
+  // block's panels for one row group, then the next row group (A's rows stay in cache across the block's panels,
+  // the block's B panels across the row groups). 1: the row groups of one panel, then the next panel.
+  int64_t panel_block;
 };
 // S: lane width (PanelTile); the tile fits AVX-512's register file at 16 lanes, AVX2's at 8.
 template <bool BIAS, bool RELU, int S = 16>
@@ -214,11 +222,21 @@ inline acc_t<T> ld(const T* p) {
   return to_acc<T>(*p);
 }
 
+// Where row m of the panel GEMM's A starts (linear_gemm_panel_params: a_rs, a_ow, a_ohw, a_sn, a_sh).
+struct PanelRows {
+  int64_t rs, ow, ohw, sn, sh;
+  int64_t offset(int64_t m) const {
+    if (ow == 0) return m * rs;
+    const int64_t n = m / ohw, r = m - n * ohw, oh = r / ow;
+    return n * sn + oh * sh + (r - oh * ow) * rs;
+  }
+};
+
 // One kRows x kCols tile at rows m0.., columns n0.., K range [k0, k1). MASK_N: the tile overhangs N.
 template <typename T, int S_, bool BIAS, bool RELU, bool MASK_N>
-inline void panel_tile(const T* A, int64_t a_rs, int64_t a_ks, const T* Bp, int64_t ldb, const T* bias, bool bias_rows,
-                       const T* res, T* C, int64_t ldc, acc_t<T>* partial, int64_t M, int64_t N, int64_t m0, int64_t n0,
-                       int64_t k0, int64_t k1, bool first, bool last, int lane) {
+inline void panel_tile(const T* A, PanelRows a_rows, int64_t a_ks, const T* Bp, int64_t ldb, const T* bias,
+                       bool bias_rows, const T* res, T* C, int64_t ldc, acc_t<T>* partial, int64_t M, int64_t N,
+                       int64_t m0, int64_t n0, int64_t k0, int64_t k1, bool first, bool last, int lane) {
   using acc = acc_t<T>;
   using G = PanelTile<T, S_>;
   constexpr int R = G::kRows, V = G::kColVecs, S = G::kSubGroup;
@@ -228,6 +246,9 @@ inline void panel_tile(const T* A, int64_t a_rs, int64_t a_ks, const T* Bp, int6
   int64_t row[R];  // uniform; rows past M repeat the last row (computed, never stored)
   XK_UNROLL
   for (int i = 0; i < R; ++i) row[i] = m0 + i < M ? m0 + i : M - 1;
+  const T* a_row[R];  // uniform
+  XK_UNROLL
+  for (int i = 0; i < R; ++i) a_row[i] = A + a_rows.offset(row[i]);
 
   acc c[R][V];
   XK_UNROLL
@@ -244,7 +265,7 @@ inline void panel_tile(const T* A, int64_t a_rs, int64_t a_ks, const T* Bp, int6
     for (int j = 0; j < V; ++j) b[j] = col_ok[j] ? ld(b_row + j * S) : acc(0);
     XK_UNROLL
     for (int i = 0; i < R; ++i) {
-      const acc a = ld(A + row[i] * a_rs + k * a_ks);
+      const acc a = ld(a_row[i] + k * a_ks);
       XK_UNROLL
       for (int j = 0; j < V; ++j) c[i][j] = sycl::fma(a, b[j], c[i][j]);
     }
@@ -301,7 +322,12 @@ void linear_gemm_panel<BIAS, RELU, S>::run(item_arg<1> ia, const params<T>& p) {
   const auto it = item(ia);
   const int lane = static_cast<int>(it.get_local_id(0));
   const int64_t g = static_cast<int64_t>(it.get_group(0));
-  const int64_t rg = g % row_groups, panel = g / row_groups;
+  const int64_t panels = (N + G::kCols - 1) / G::kCols;
+  const int64_t block = g / (row_groups * p.panel_block), g_in = g - block * (row_groups * p.panel_block);
+  const int64_t block_width =
+      panels - block * p.panel_block < p.panel_block ? panels - block * p.panel_block : p.panel_block;
+  const int64_t rg = g_in / block_width, panel = block * p.panel_block + g_in % block_width;
+  const linear_detail::PanelRows a_rows{a_rs, p.a_ow, p.a_ohw, p.a_sn, p.a_sh};
   const int64_t n0 = panel * G::kCols;
   const T* Bp = B + (n0 / b_panel_cols) * b_panel_stride + n0 % b_panel_cols;
   const int64_t row_begin = rg * (G::kRows * G::kRowTilesPerGroup);
@@ -313,10 +339,10 @@ void linear_gemm_panel<BIAS, RELU, S>::run(item_arg<1> ia, const params<T>& p) {
     const bool first = k0 == 0 && p.accumulate == 0, last = k1 == K;
     for (int64_t m0 = row_begin; m0 < row_end; m0 += G::kRows) {
       if (full_n)
-        linear_detail::panel_tile<T, S, BIAS, RELU, false>(A, a_rs, a_ks, Bp, ldb, bias, bias_rows, p.res, C, ldc,
+        linear_detail::panel_tile<T, S, BIAS, RELU, false>(A, a_rows, a_ks, Bp, ldb, bias, bias_rows, p.res, C, ldc,
                                                            partial, M, N, m0, n0, k0, k1, first, last, lane);
       else
-        linear_detail::panel_tile<T, S, BIAS, RELU, true>(A, a_rs, a_ks, Bp, ldb, bias, bias_rows, p.res, C, ldc,
+        linear_detail::panel_tile<T, S, BIAS, RELU, true>(A, a_rows, a_ks, Bp, ldb, bias, bias_rows, p.res, C, ldc,
                                                           partial, M, N, m0, n0, k0, k1, first, last, lane);
     }
   }
