@@ -295,8 +295,10 @@ inline void panel_tile(const T* A, PanelRows a_rows, int64_t a_ks, const T* Bp, 
 
 }  // namespace linear_detail
 
-// Launch: 1-D, local size 16, one work-group per (row group, column panel); row groups vary
-// fastest so consecutive work-groups share a B panel. `partial` may alias C when T is the
+// Launch: 1-D, local size 16, one work-group per (row group, column panel), ordered by blocks of
+// panel_block panels (the params): within a block the panels vary fastest, then the row groups, so
+// consecutive work-groups share A's rows and a block's B panels stay in cache across the row groups
+// (panel_block 1: the row groups of one panel, then the next). `partial` may alias C when T is the
 // accumulation type; it is only touched when K > k_block.
 template <bool BIAS, bool RELU, int S>
 template <typename T>
