@@ -284,12 +284,13 @@ STRIDED_FWD_CASES = {
 }
 
 
-@pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=str)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16], ids=str)
 @pytest.mark.parametrize("case", STRIDED_FWD_CASES.values(), ids=STRIDED_FWD_CASES.keys())
 def test_strided_pointwise_forward_as_gemm(sycl_cpu, case, dtype):
     """Forward of a strided 1x1 channels_last convolution: the panel GEMM reads the sampled pixels in place (its
     row map over [N, OH, OW]); conv2d, conv2d_relu with a residual, conv2d_packed with and without an epilogue,
-    each against the oracle, with the GEMM launched once and no direct kernel."""
+    each against the oracle, with the GEMM launched once and no direct kernel. bfloat16 too: AMX takes stride-1
+    problems only, so the strided ones run this GEMM (accumulating in float) on every CPU."""
     N, C, H, W, O, stride = case
     torch.manual_seed(6)
     x = torch.randn(N, C, H, W, dtype=dtype).contiguous(memory_format=CL)
