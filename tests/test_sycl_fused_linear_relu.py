@@ -252,10 +252,10 @@ def test_noncontiguous_and_offset_inputs(variant, dtype, layout):
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=str)
 def test_panel_blocks_cover_every_tile(sycl_available, monkeypatch, dtype):
     """The panel GEMM walks its column panels in blocks (gemm.h, GemmConfig::kPanelBlockBytes) when A is larger
-    than a block's budget: here A is 300 x 700 (840 KiB in float32), a 700-row panel 175 KiB (float32, 64
-    columns) or 175 KiB (float64, 32 columns), so blocks of 2 panels and a last block of 1 (float32: 3 panels;
-    float64: 5), over 7 row groups. Integer inputs make every output exact: a tile computed twice, skipped or
-    taken from the wrong panel or row group changes the result."""
+    than a block's budget: here A is 300 x 700 (840 KiB in float32), a 700-row panel 175 KiB in either dtype
+    (float32: 64 columns, float64: 32), so blocks of 2 panels and a narrower last block of 1 (float32: 3 panels;
+    float64: 5), over 7 row groups. Integer inputs make every output exact: a tile skipped, or computed from the
+    wrong panel or row group, changes the result."""
     monkeypatch.setenv(VARIANT_ENV, "cpu")
     torch.manual_seed(11)
     M, N, K = 300, 150, 700
