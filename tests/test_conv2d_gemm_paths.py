@@ -93,6 +93,54 @@ def test_pointwise_grad_weight_reads_the_input_in_place(sycl_cpu, dtype):
         assert_close(gw, ref, dtype, f"1x1 grad_weight {fmt}", terms=2 * 33 * 32)
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=str)
+def test_grad_weight_k_ranges_add_in_order(sycl_cpu, dtype):
+    """grad_weight's K (the batch's pixels) split into ranges of 512 (gemm.h GemmConfig::kSplitKLength), each summed
+    by its own work-groups, the ranges then added in order (linear_gemm_panel k_split, linear_column_sum). 1x1
+    channels_last (the pixel GEMM; 100 output x 70 input channels: a short row group and a partial panel), images
+    of exactly 512 pixels, so range r is image r: the split result must equal, bit for bit, the per-image gradients
+    (one range each, no split) added in image order, with a short last range (a 257-pixel image) too. A skipped,
+    repeated or misplaced range, a wrong scratch slab or another order fails."""
+    torch.manual_seed(11)
+    w = torch.randn(100, 70, 1, 1, dtype=dtype)
+    sizes = [(16, 32)] * 3 + [(1, 257)]  # three 512-pixel images, then a 257-pixel one (its own N = 1 problem)
+    xs = [torch.randn(1, 70, h, wd, dtype=dtype).contiguous(memory_format=CL) for h, wd in sizes]
+    gos = [torch.randn(1, 100, h, wd, dtype=dtype).contiguous(memory_format=CL) for h, wd in sizes]
+    args = ([1, 1], [0, 0], [1, 1], [False, True, False])
+    # the batch: three 512-pixel images as one N = 3 problem (3 ranges), and the same with the short image appended
+    # as a fourth range (images of one batch share a size, so all 1793 pixel rows become one 11 x 163 image)
+    x3, go3 = torch.cat(xs[:3]), torch.cat(gos[:3])
+    (_, gw3, _), ran = _launches(lambda: _backward(go3, x3, w, *args))
+    assert ran == {"linear_gemm_panel": 1, "linear_column_sum": 1}, ran
+    per_image = [_backward(gos[i], xs[i], w, *args)[1] for i in range(4)]
+    torch.testing.assert_close(gw3, (per_image[0] + per_image[1]) + per_image[2], rtol=0, atol=0)
+    rows = lambda t: t.permute(0, 2, 3, 1).reshape(-1, t.shape[1])  # noqa: E731  [pixels, channels]
+    as_row_image = lambda r: r.reshape(1, 11, 163, r.shape[1]).permute(0, 3, 1, 2)  # noqa: E731  NHWC rows in order
+    x4 = as_row_image(torch.cat([rows(t) for t in xs]))
+    go4 = as_row_image(torch.cat([rows(t) for t in gos]))
+    (_, gw4, _), ran = _launches(lambda: _backward(go4, x4, w, *args))
+    assert ran == {"linear_gemm_panel": 1, "linear_column_sum": 1}, ran
+    torch.testing.assert_close(gw4, ((per_image[0] + per_image[1]) + per_image[2]) + per_image[3], rtol=0, atol=0)
+    _, ref, _ = _oracle_backward(go4, x4, w, *args)
+    assert_close(gw4, ref, dtype, "grad_weight over four K ranges", terms=3 * 512 + 257)
+
+
+def test_grad_weight_k_ranges_within_the_scratch_bound(sycl_cpu):
+    """A large grad_weight (1024 x 1024, 4 MiB) over 4096 pixels: eight ranges of 512 would need 28 MiB of scratch
+    for the later ranges' sums, more than GemmConfig::kSplitKMaxBytes (16 MiB), so the ranges become 1024 pixels
+    long (four ranges, 12 MiB). Small integers make every sum exact: the result equals the float64 oracle, so a
+    range the longer length skips or counts twice fails."""
+    torch.manual_seed(12)
+    x = torch.randint(-3, 4, (1, 1024, 64, 64)).float().contiguous(memory_format=CL)
+    go = torch.randint(-3, 4, (1, 1024, 64, 64)).float().contiguous(memory_format=CL)
+    w = torch.zeros(1024, 1024, 1, 1)
+    args = ([1, 1], [0, 0], [1, 1], [False, True, False])
+    (_, gw, _), ran = _launches(lambda: _backward(go, x, w, *args))
+    assert ran == {"linear_gemm_panel": 1, "linear_column_sum": 1}, ran
+    _, ref, _ = _oracle_backward(go, x, w, *args)
+    torch.testing.assert_close(gw, ref.float(), rtol=0, atol=0)
+
+
 @pytest.mark.parametrize("memory_format", ["nchw", "channels_last"])
 def test_grad_weight_gemm_chunks_accumulate(sycl_cpu, memory_format):
     """More patch elements than one chunk holds (Conv2dConfig::kIm2colElements = 4 Mi): 8192 pixels x 576
@@ -127,9 +175,9 @@ WINDOW_CASES = {
 @pytest.mark.parametrize("case", WINDOW_CASES.values(), ids=WINDOW_CASES.keys())
 def test_grad_weight_over_the_padded_grid(sycl_cpu, case, dtype):
     """grad_weight of a stride-1 window without the im2col copy (csrc/sycl/conv2d.cpp grad_weight_window): one GEMM
-    of the zero-padded grid's gradient with the padded input, shifted per tap. Against the float64 oracle, bit-equal
-    to the im2col route (the NCHW problem: the real products summed in the same order, the grid's extra ones are
-    zeros), and the profiler sees the route's launches."""
+    of the zero-padded grid's gradient with the padded input, shifted per tap (K split into ranges: one range sum).
+    Against the float64 oracle, and with small-integer data (every sum exact) equal to it, as the im2col route is
+    (the grid's extra products are zeros); the profiler sees the route's launches."""
     N, C, H, W, O, KH, KW, pad = case
     torch.manual_seed(3)
     x = torch.randn(N, C, H, W, dtype=dtype).contiguous(memory_format=CL)
@@ -137,17 +185,26 @@ def test_grad_weight_over_the_padded_grid(sycl_cpu, case, dtype):
     go = torch.randn_like(F.conv2d(x, w, None, 1, pad)).contiguous(memory_format=CL)
     args = ([1, 1], list(pad), [1, 1], [False, True, False])
     (_, gw, _), ran = _launches(lambda: _backward(go, x, w, *args))
-    # the route: conv2d_im2col twice (the input and grad_output onto the grid, one launch each), then one GEMM
-    assert ran == {"conv2d_im2col": 2, "linear_gemm_panel": 1}, ran
+    # the route: conv2d_im2col twice (the input and grad_output onto the grid, one launch each), then one GEMM whose
+    # K ranges (the grid's 2116-4608 pixels: split) one linear_column_sum adds up
+    assert ran == {"conv2d_im2col": 2, "linear_gemm_panel": 1, "linear_column_sum": 1}, ran
     assert gw.is_contiguous(memory_format=CL)
     _, ref, _ = _oracle_backward(go, x, w, *args)
     # sums of 2116-4608 products: worst-case float32 error grows with the partial sums' size too, so the bound is
     # taken for twice the terms (one element of 13824 reached 1.3x the plain bound, in both routes alike)
     assert_close(gw, ref, dtype, f"grad_weight over the padded grid {case}", terms=2 * go.numel() // O)
-    # the im2col route (NCHW): each of these problems' patches fit one chunk, so one im2col and one GEMM
-    (_, gw_im2col, _), ran = _launches(lambda: _backward(go.contiguous(), x.contiguous(), w, *args))
-    assert ran == {"conv2d_im2col": 1, "linear_gemm_panel": 1}, ran
-    torch.testing.assert_close(gw, gw_im2col, rtol=0, atol=0)
+    # Small integers (products <= 16, sums of <= 4608 of them: exact in either precision): the grid route's extra
+    # products add exact zeros, so it equals the oracle, as the im2col route (NCHW; one chunk each) does.
+    xi = torch.randint(-4, 5, x.shape).to(dtype).contiguous(memory_format=CL)
+    wi = torch.randint(-4, 5, w.shape).to(dtype)
+    goi = torch.randint(-4, 5, go.shape).to(dtype).contiguous(memory_format=CL)
+    _, exact, _ = _oracle_backward(goi, xi, wi, *args)
+    (_, gw_grid, _), ran = _launches(lambda: _backward(goi, xi, wi, *args))
+    assert ran["conv2d_im2col"] == 2, ran
+    (_, gw_im2col, _), ran = _launches(lambda: _backward(goi.contiguous(), xi.contiguous(), wi, *args))
+    assert ran["conv2d_im2col"] == 1, ran
+    torch.testing.assert_close(gw_grid, exact.to(dtype), rtol=0, atol=0)
+    torch.testing.assert_close(gw_im2col, exact.to(dtype), rtol=0, atol=0)
 
 
 def test_grad_weight_padded_grid_falls_back_on_non_finite_input(sycl_cpu):
@@ -161,8 +218,9 @@ def test_grad_weight_padded_grid_falls_back_on_non_finite_input(sycl_cpu):
     go = torch.randn(1, 8, 48, 48).contiguous(memory_format=CL)
     args = ([1, 1], [1, 1], [1, 1], [False, True, False])
     (_, gw, _), ran = _launches(lambda: _backward(go, x, w, *args))
-    # the grid route (two im2col launches onto the grid, a GEMM), then the fallback (one im2col chunk, a GEMM)
-    assert ran == {"conv2d_im2col": 3, "linear_gemm_panel": 2}, ran
+    # the grid route (two im2col launches onto the grid, a GEMM), then the fallback (one im2col chunk, a GEMM); each
+    # GEMM's K (2304 pixels and more) is split, its ranges added by a linear_column_sum
+    assert ran == {"conv2d_im2col": 3, "linear_gemm_panel": 2, "linear_column_sum": 2}, ran
     _, ref, _ = _oracle_backward(go, x, w, *args)
     assert torch.isfinite(ref[:, 5, :, 2]).all()  # the case is meaningful: tap kw = 2 never reads column 0
     assert not torch.isfinite(ref[:, 5, :, :2]).all()

@@ -957,7 +957,8 @@ bool grad_weight_window(Launcher& L, const Conv2dProblem& p, const at::Tensor& g
   const int64_t K = (p.N - 1) * img + (p.OH - 1) * Wp + p.OW;
   at::Tensor partial;  // unused: T is the accumulation type
   panel_gemm<T>(L, gpad.narrow(0, 0, K).t(), cptr<T>(xpad), p.C, Wp * p.C, p.KW * p.C, p.KH * p.KW * p.C, at::Tensor(),
-                /*relu=*/false, c, partial);
+                /*relu=*/false, c, partial, /*accumulate=*/false, /*res=*/nullptr, /*bias_rows=*/false,
+                /*split_k=*/true);
   L.finish(c);  // xpad and gpad die here
   // Host memory (a CPU device) and a small result (the route's layers have few channels): a plain scan, no torch
   // op (which would wake torch's thread pool while the runtime's workers still spin).
@@ -988,7 +989,8 @@ void grad_weight_gemm(Launcher& L, const Conv2dProblem& p, const at::Tensor& go_
   // the im2col route on a 2-vCPU AMD EPYC with AVX-512 (2026-12-05), ResNet-50's 1x1 layers at batch 1 and 8:
   // 1.02-1.39x faster (256 -> 64 56x56 b1 0.65 -> 0.51 ms, 512 -> 128 28x28 b8 6.13 -> 4.41 ms).
   if (pixel_gemm_fits(L, p, x)) {
-    panel_gemm<T>(L, a, cptr<T>(x), p.C, P, P, KKC, at::Tensor(), /*relu=*/false, c, partial);
+    panel_gemm<T>(L, a, cptr<T>(x), p.C, P, P, KKC, at::Tensor(), /*relu=*/false, c, partial, /*accumulate=*/false,
+                  /*res=*/nullptr, /*bias_rows=*/false, /*split_k=*/true);
     L.finish(go_cl);
     return;
   }
@@ -1002,7 +1004,7 @@ void grad_weight_gemm(Launcher& L, const Conv2dProblem& p, const at::Tensor& go_
     launch_im2col<T>(L, p, x, col, m0, mc, P, cl_order);
     // In-order queue: the GEMM reads col after the kernel above; the wait lets the next chunk overwrite col.
     panel_gemm<T>(L, a.narrow(1, m0, mc), cptr<T>(col), P, mc * P, P, KKC, at::Tensor(), /*relu=*/false, c, partial,
-                  /*accumulate=*/s > 0);
+                  /*accumulate=*/s > 0, /*res=*/nullptr, /*bias_rows=*/false, /*split_k=*/true);
     L.finish(go_cl);
   }
 }

@@ -167,7 +167,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> backward(Launcher L, const at::Te
       gb = empty({N}, dy.options());
       L.launch<xk::linear_column_sum, T>(
           sycl::nd_range<1>(sycl::range<1>(cols), sycl::range<1>(C::kColumnLocal)),
-          {.partial = partial.const_data_ptr<acc>(), .out = mptr<T>(gb), .R = chunks, .N = N});
+          {.partial = partial.const_data_ptr<acc>(), .out = mptr<T>(gb), .R = chunks, .N = N, .accumulate = 0});
     } else {
       L.launch<xk::linear_relu_grad<false>, T>(mask_range, mask_params(xk::linear_relu_grad<false>{}));
     }

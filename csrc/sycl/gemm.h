@@ -45,6 +45,15 @@ struct GemmConfig {
   // panel; linear_gemm_panel_params::panel_block): the block's B panels stay in L2 while A's rows, read once per
   // panel, stay in L1 from one panel of the block to the next instead of being streamed from memory once per panel.
   static constexpr int64_t kPanelBlockBytes = 512 * 1024;
+  // Split K (panel_gemm's split_k: conv2d's grad_weight, whose K is the batch's pixels): K is cut into ranges of this
+  // many rows (a multiple of both K blocks), each range summed by its own work-groups, the ranges' sums then added
+  // in order (linear_gemm_panel_params::k_split). Without it, each of the few work-groups (M = output channels,
+  // N = taps x input channels: 8 for 1x1 256 -> 64) streamed its A rows and B panel over all of K from memory, and
+  // two cores shared 8 unequal work-groups. Ranges of 256-1024 measured alike, 2048-4096 up to 1.5x slower (2-core
+  // Intel Xeon, docs/performance.md "Split K for grad_weight"). The later ranges' sums take at most
+  // kSplitKMaxBytes of scratch (fewer, longer ranges beyond; ResNet-50 at batch 8 needs at most ~8 MB).
+  static constexpr int64_t kSplitKLength = 512;
+  static constexpr int64_t kSplitKMaxBytes = int64_t(16) << 20;
 };
 
 enum class GemmVariant { Cpu, Gpu };
@@ -155,7 +164,7 @@ at::Tensor pack_panels(Launcher& L, const at::Tensor& B) {
 template <typename T, int S>
 void panel_gemm_lanes(Launcher& L, const at::Tensor& A, const T* b_ptr, int64_t ldb, int64_t panel_stride,
                       int64_t panel_cols, int64_t N, const at::Tensor& bias, bool relu, at::Tensor& C,
-                      at::Tensor& partial, bool accumulate, const T* res, bool bias_rows) {
+                      at::Tensor& partial, bool accumulate, const T* res, bool bias_rows, bool split_k) {
   using G = xk::PanelTile<T, S>;
   using acc = xk::acc_t<T>;
   const GemmRows a = gemm_rows(A);
@@ -176,15 +185,35 @@ void panel_gemm_lanes(Launcher& L, const at::Tensor& A, const T* b_ptr, int64_t 
       partial_ptr = partial.mutable_data_ptr<acc>();
     }
   }
+  // Split K: the ranges after the first sum into `splits` ([ranges - 1, M, N]), added to C below.
+  static_assert(GemmConfig::kSplitKLength % xk::kPanelKBlock == 0 &&
+                GemmConfig::kSplitKLength % GemmConfig::kPanelKBlockStridedA == 0);
+  int64_t k_split = 0, ranges = 1;
+  if (split_k && K > GemmConfig::kSplitKLength) {
+    constexpr int64_t kLen = GemmConfig::kSplitKLength;
+    const int64_t max_ranges = 1 + GemmConfig::kSplitKMaxBytes / std::max<int64_t>(M * N * int64_t{sizeof(T)}, 1);
+    // Ranges of kLen, or longer (whole multiples of kLen) where the scratch bound allows fewer.
+    k_split = std::max(kLen, ceil_div(ceil_div(K, max_ranges), kLen) * kLen);
+    ranges = ceil_div(K, k_split);
+    if (ranges == 1) k_split = 0;
+  }
+  at::Tensor splits;
+  if (ranges > 1) {
+    TORCH_CHECK((std::is_same_v<T, acc>) && !bias.defined() && !relu && res == nullptr && C.is_contiguous(),
+                "xkernels: a split-K panel GEMM needs the accumulation type, a dense C and no epilogue");
+    if constexpr (std::is_same_v<T, acc>) partial_ptr = c_ptr;
+    splits = empty({(ranges - 1) * M * N}, C.options());
+  }
   const int64_t row_groups = ceil_div(M, int64_t{G::kRows} * G::kRowTilesPerGroup);
   const int64_t panels = ceil_div(N, int64_t{G::kCols});
-  const int64_t groups = row_groups * panels;
+  const int64_t groups = row_groups * panels * ranges;
   // Panel blocks (GemmConfig::kPanelBlockBytes) where A is larger than a block's budget; a smaller A stays in L2
   // across the panels anyway, and one panel at a time keeps that panel in L1 across the row groups.
   constexpr int64_t budget = GemmConfig::kPanelBlockBytes;
-  const int64_t panel_bytes = int64_t{G::kCols} * K * static_cast<int64_t>(sizeof(T));
+  const int64_t k_range = ranges > 1 ? k_split : K;  // the K of one range's work-groups
+  const int64_t panel_bytes = int64_t{G::kCols} * k_range * static_cast<int64_t>(sizeof(T));
   const int64_t panel_block =
-      M * K * static_cast<int64_t>(sizeof(T)) > budget
+      M * k_range * static_cast<int64_t>(sizeof(T)) > budget
           ? std::clamp<int64_t>(budget / std::max<int64_t>(panel_bytes, 1), 1, std::max<int64_t>(panels, 1))
           : 1;
   const sycl::nd_range<1> range(sycl::range<1>(groups * G::kSubGroup), sycl::range<1>(G::kSubGroup));
@@ -212,8 +241,21 @@ void panel_gemm_lanes(Launcher& L, const at::Tensor& A, const T* b_ptr, int64_t 
                                                               .a_ohw = a.ohw,
                                                               .a_sn = a.sn,
                                                               .a_sh = a.sh,
-                                                              .panel_block = panel_block});
+                                                              .panel_block = panel_block,
+                                                              .k_split = k_split,
+                                                              .splits = ranges > 1 ? mptr<T>(splits) : nullptr});
   });
+  if (ranges > 1) {  // C += the later ranges' sums, in range order (C is dense [M, N]: one column of M * N)
+    constexpr int64_t kLocal = 16;
+    L.launch<xk::linear_column_sum, T>(
+        sycl::nd_range<1>(sycl::range<1>(ceil_div(M * N, kLocal) * kLocal), sycl::range<1>(kLocal)),
+        {.partial = reinterpret_cast<const acc*>(cptr<T>(splits)),
+         .out = c_ptr,
+         .R = ranges - 1,
+         .N = M * N,
+         .accumulate = 1});
+    L.finish(C);  // splits dies here
+  }
 }
 
 // The panel GEMM (linear_gemm_panel) on a B operand already in place or packed: C [M, N] =
@@ -221,15 +263,17 @@ void panel_gemm_lanes(Launcher& L, const at::Tensor& A, const T* b_ptr, int64_t 
 // n % panel_cols (B in place: panel_cols = panel_stride). `partial` receives the acc-type K-block scratch when
 // T is not the accumulation type (the caller keeps it alive until the kernel is done). accumulate: C += A @ B
 // (no epilogue). res: [M, N] with C's row stride, added after the bias and before ReLU (null: none).
-// bias_rows: the bias is per row (bias[m], M values) instead of per column. A: [M, K], or [N, OH, OW, K] whose
-// first three dimensions are the rows (gemm_rows).
+// bias_rows: the bias is per row (bias[m], M values) instead of per column. split_k (accumulation type, no
+// epilogue, dense C): K cut into ranges (GemmConfig::kSplitKLength) summed in parallel, then added in order (a
+// deterministic order that depends on K only, not the same rounding as one sequential sum). A: [M, K], or [N, OH, OW,
+// K] whose first three dimensions are the rows (gemm_rows).
 template <typename T>
 void panel_gemm(Launcher& L, const at::Tensor& A, const T* b_ptr, int64_t ldb, int64_t panel_stride, int64_t panel_cols,
                 int64_t N, const at::Tensor& bias, bool relu, at::Tensor& C, at::Tensor& partial,
-                bool accumulate = false, const T* res = nullptr, bool bias_rows = false) {
+                bool accumulate = false, const T* res = nullptr, bool bias_rows = false, bool split_k = false) {
   with_cpu_lanes(L, [&](auto S_) {
     panel_gemm_lanes<T, decltype(S_)::value>(L, A, b_ptr, ldb, panel_stride, panel_cols, N, bias, relu, C, partial,
-                                             accumulate, res, bias_rows);
+                                             accumulate, res, bias_rows, split_k);
   });
 }
 

@@ -102,6 +102,13 @@ struct linear_gemm_panel_params {
   // block's panels for one row group, then the next row group (A's rows stay in cache across the block's panels,
   // the block's B panels across the row groups). 1: the row groups of one panel, then the next panel.
   int64_t panel_block;
+  // Split K (the long reductions of conv2d's grad_weight): k_split > 0 cuts K into ceil(K / k_split) ranges of
+  // k_split (a multiple of k_block; the last may be shorter), one set of work-groups per range, ranges outermost.
+  // Range 0 writes C as without a split (accumulate included); range s > 0 writes its own sums, from zero, to
+  // splits + (s - 1) * M * ldc (T is then the accumulation type and partial is C), which linear_column_sum then
+  // adds to C in range order. 0: one range.
+  int64_t k_split;
+  T* splits;
 };
 // S: lane width (PanelTile); the tile fits AVX-512's register file at 16 lanes, AVX2's at 8.
 template <bool BIAS, bool RELU, int S = 16>
@@ -204,6 +211,7 @@ struct linear_column_sum_params {
   const acc_t<T>* partial;
   T* out;
   int64_t R, N;
+  int64_t accumulate;  // 1: out[n] = out[n] + the rows' sum, added row by row in order (a split GEMM's ranges)
 };
 struct linear_column_sum {
   static constexpr int dims = 1;
@@ -298,8 +306,9 @@ inline void panel_tile(const T* A, PanelRows a_rows, int64_t a_ks, const T* Bp, 
 // Launch: 1-D, local size 16, one work-group per (row group, column panel), ordered by blocks of
 // panel_block panels (the params): within a block the panels vary fastest, then the row groups, so
 // consecutive work-groups share A's rows and a block's B panels stay in cache across the row groups
-// (panel_block 1: the row groups of one panel, then the next). `partial` may alias C when T is the
-// accumulation type; it is only touched when K > k_block.
+// (panel_block 1: the row groups of one panel, then the next); with k_split, that whole order once per K
+// range, ranges outermost (a range's rows of A and B stay in cache across its work-groups). `partial` may
+// alias C when T is the accumulation type; it is only touched when a K range is longer than k_block.
 template <bool BIAS, bool RELU, int S>
 template <typename T>
 void linear_gemm_panel<BIAS, RELU, S>::run(item_arg<1> ia, const params<T>& p) {
@@ -310,9 +319,7 @@ void linear_gemm_panel<BIAS, RELU, S>::run(item_arg<1> ia, const params<T>& p) {
   const auto ldb = p.ldb;
   const auto b_panel_stride = p.b_panel_stride;
   const auto bias = p.bias;
-  const auto C = p.C;
   const auto ldc = p.ldc;
-  const auto partial = p.partial;
   const auto M = p.M;
   const auto N = p.N;
   const auto K = p.K;
@@ -323,8 +330,15 @@ void linear_gemm_panel<BIAS, RELU, S>::run(item_arg<1> ia, const params<T>& p) {
   using G = PanelTile<T, S>;
   const auto it = item(ia);
   const int lane = static_cast<int>(it.get_local_id(0));
-  const int64_t g = static_cast<int64_t>(it.get_group(0));
+  int64_t g = static_cast<int64_t>(it.get_group(0));
   const int64_t panels = (N + G::kCols - 1) / G::kCols;
+  // The K range (split) of this work-group, and where its sums go.
+  const int64_t split = p.k_split > 0 ? g / (row_groups * panels) : 0;
+  const int64_t k_begin = split * p.k_split, k_end = p.k_split > 0 && K - k_begin > p.k_split ? k_begin + p.k_split : K;
+  T* const C = split == 0 ? p.C : p.splits + (split - 1) * M * ldc;
+  acc_t<T>* const partial = split == 0 ? p.partial : reinterpret_cast<acc_t<T>*>(C);
+  const bool accumulate = split == 0 && p.accumulate != 0;
+  g -= split * (row_groups * panels);
   const int64_t block = g / (row_groups * p.panel_block), g_in = g - block * (row_groups * p.panel_block);
   const int64_t block_width =
       panels - block * p.panel_block < p.panel_block ? panels - block * p.panel_block : p.panel_block;
@@ -336,9 +350,9 @@ void linear_gemm_panel<BIAS, RELU, S>::run(item_arg<1> ia, const params<T>& p) {
   const int64_t row_span = G::kRows * G::kRowTilesPerGroup;
   const int64_t row_end = M - row_begin < row_span ? M : row_begin + row_span;
   const bool full_n = n0 + G::kCols <= N;
-  for (int64_t k0 = 0; k0 < K; k0 += k_block) {
-    const int64_t k1 = K - k0 <= k_block ? K : k0 + k_block;
-    const bool first = k0 == 0 && p.accumulate == 0, last = k1 == K;
+  for (int64_t k0 = k_begin; k0 < k_end; k0 += k_block) {
+    const int64_t k1 = k_end - k0 <= k_block ? k_end : k0 + k_block;
+    const bool first = k0 == k_begin && !accumulate, last = k1 == k_end;
     for (int64_t m0 = row_begin; m0 < row_end; m0 += G::kRows) {
       if (full_n)
         linear_detail::panel_tile<T, S, BIAS, RELU, false>(A, a_rows, a_ks, Bp, ldb, bias, bias_rows, p.res, C, ldc,
@@ -601,7 +615,7 @@ void linear_column_sum::run(item_arg<1> ia, const params<T>& p) {
   const auto it = item(ia);
   const int64_t n = static_cast<int64_t>(it.get_global_id(0));
   if (n >= N) return;
-  acc s = acc(0);
+  acc s = p.accumulate != 0 ? to_acc<T>(out[n]) : acc(0);
   for (int64_t r = 0; r < R; ++r) s = s + partial[r * N + n];
   out[n] = from_acc<T>(s);
 }
