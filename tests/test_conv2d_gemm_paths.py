@@ -95,11 +95,12 @@ def test_pointwise_grad_weight_reads_the_input_in_place(sycl_cpu, dtype):
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=str)
 def test_grad_weight_k_ranges_add_in_order(sycl_cpu, dtype):
-    """grad_weight's K (the batch's pixels) split into ranges of 512 (gemm.h GemmConfig::kSplitKLength), each summed
-    by its own work-groups, the ranges then added in order (linear_gemm_panel k_split, linear_column_sum). 1x1
+    """grad_weight's K (the batch's pixels) split into about K / 512 ranges (gemm.h GemmConfig::kSplitKLength), each
+    summed by its own work-groups, the ranges then added in order (linear_gemm_panel k_split, linear_column_sum). 1x1
     channels_last (the pixel GEMM; 100 output x 70 input channels: a short row group and a partial panel), images
-    of exactly 512 pixels, so range r is image r: the split result must equal, bit for bit, the per-image gradients
-    (one range each, no split) added in image order, with a short last range (a 257-pixel image) too. A skipped,
+    of exactly 512 pixels, so range r is image r (1536 pixels: three ranges of 512; 1793: four of 512, the last
+    257): the split result must equal, bit for bit, the per-image gradients (one range each, no split) added in
+    image order. A skipped,
     repeated or misplaced range, a wrong scratch slab or another order fails."""
     torch.manual_seed(11)
     w = torch.randn(100, 70, 1, 1, dtype=dtype)
@@ -127,8 +128,8 @@ def test_grad_weight_k_ranges_add_in_order(sycl_cpu, dtype):
 
 def test_grad_weight_k_ranges_within_the_scratch_bound(sycl_cpu):
     """A large grad_weight (1024 x 1024, 4 MiB) over 4096 pixels: eight ranges of 512 would need 28 MiB of scratch
-    for the later ranges' sums, more than GemmConfig::kSplitKMaxBytes (16 MiB), so the ranges become 1024 pixels
-    long (four ranges, 12 MiB). Small integers make every sum exact: the result equals the float64 oracle, so a
+    for the later ranges' sums, more than GemmConfig::kSplitKMaxBytes (16 MiB), so there are five ranges of 832
+    pixels (the last 768; 16 MiB). Small integers make every sum exact: the result equals the float64 oracle, so a
     range the longer length skips or counts twice fails."""
     torch.manual_seed(12)
     x = torch.randint(-3, 4, (1, 1024, 64, 64)).float().contiguous(memory_format=CL)

@@ -45,9 +45,9 @@ struct GemmConfig {
   // panel; linear_gemm_panel_params::panel_block): the block's B panels stay in L2 while A's rows, read once per
   // panel, stay in L1 from one panel of the block to the next instead of being streamed from memory once per panel.
   static constexpr int64_t kPanelBlockBytes = 512 * 1024;
-  // Split K (panel_gemm's split_k: conv2d's grad_weight, whose K is the batch's pixels): K is cut into ranges of this
-  // many rows (a multiple of both K blocks), each range summed by its own work-groups, the ranges' sums then added
-  // in order (linear_gemm_panel_params::k_split). Without it, each of the few work-groups (M = output channels,
+  // Split K (panel_gemm's split_k: conv2d's grad_weight, whose K is the batch's pixels): K is cut into about K / this
+  // many ranges of equal length (whole K blocks), each summed by its own work-groups, the ranges' sums then added in
+  // order (linear_gemm_panel_params::k_split). Without it, each of the few work-groups (M = output channels,
   // N = taps x input channels: 8 for 1x1 256 -> 64) streamed its A rows and B panel over all of K from memory, and
   // two cores shared 8 unequal work-groups. Ranges of 256-1024 measured alike, 2048-4096 up to 1.5x slower (2-core
   // Intel Xeon, docs/performance.md "Split K for grad_weight"). The later ranges' sums take at most
@@ -186,16 +186,18 @@ void panel_gemm_lanes(Launcher& L, const at::Tensor& A, const T* b_ptr, int64_t 
     }
   }
   // Split K: the ranges after the first sum into `splits` ([ranges - 1, M, N]), added to C below.
-  static_assert(GemmConfig::kSplitKLength % xk::kPanelKBlock == 0 &&
-                GemmConfig::kSplitKLength % GemmConfig::kPanelKBlockStridedA == 0);
   int64_t k_split = 0, ranges = 1;
-  if (split_k && K > GemmConfig::kSplitKLength) {
+  if (split_k) {
+    // About K / kSplitKLength ranges (rounded to the nearest), at most as many as the scratch bound allows, of equal
+    // lengths rounded up to whole K blocks (a short last range would cost a full set of work-groups' overhead).
     constexpr int64_t kLen = GemmConfig::kSplitKLength;
     const int64_t max_ranges = 1 + GemmConfig::kSplitKMaxBytes / std::max<int64_t>(M * N * int64_t{sizeof(T)}, 1);
-    // Ranges of kLen, or longer (whole multiples of kLen) where the scratch bound allows fewer.
-    k_split = std::max(kLen, ceil_div(ceil_div(K, max_ranges), kLen) * kLen);
-    ranges = ceil_div(K, k_split);
-    if (ranges == 1) k_split = 0;
+    const int64_t want = std::min((K + kLen / 2) / kLen, max_ranges);
+    if (want >= 2) {
+      k_split = ceil_div(ceil_div(K, want), k_block) * k_block;
+      ranges = ceil_div(K, k_split);
+      if (ranges == 1) k_split = 0;
+    }
   }
   at::Tensor splits;
   if (ranges > 1) {
@@ -265,8 +267,8 @@ void panel_gemm_lanes(Launcher& L, const at::Tensor& A, const T* b_ptr, int64_t 
 // (no epilogue). res: [M, N] with C's row stride, added after the bias and before ReLU (null: none).
 // bias_rows: the bias is per row (bias[m], M values) instead of per column. split_k (accumulation type, no
 // epilogue, dense C): K cut into ranges (GemmConfig::kSplitKLength) summed in parallel, then added in order (a
-// deterministic order that depends on K only, not the same rounding as one sequential sum). A: [M, K], or [N, OH, OW,
-// K] whose first three dimensions are the rows (gemm_rows).
+// deterministic order that depends on the shape only, not the same rounding as one sequential sum). A: [M, K], or [N,
+// OH, OW, K] whose first three dimensions are the rows (gemm_rows).
 template <typename T>
 void panel_gemm(Launcher& L, const at::Tensor& A, const T* b_ptr, int64_t ldb, int64_t panel_stride, int64_t panel_cols,
                 int64_t N, const at::Tensor& bias, bool relu, at::Tensor& C, at::Tensor& partial,
