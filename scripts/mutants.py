@@ -683,6 +683,22 @@ MUTANTS: list[Mutant] = [
         "SYCL split-K panel GEMM: the last K range's sums never added",
     ),
     M(
+        "sycl-conv-gw-transposed-chunk-rows",
+        "csrc/sycl/conv2d.cpp",
+        "go + m0 * p.O, p.O, P, P, p.O,",
+        "go, p.O, P, P, p.O,",
+        "tests/test_conv2d_gemm_paths.py -k 'sycl and transposed_chunks'",
+        "SYCL conv2d transposed grad_weight (the stem): every chunk of patches paired with the first chunk's gradient",
+    ),
+    M(
+        "sycl-conv-gw-transposed-untransposed",
+        "csrc/sycl/conv2d.cpp",
+        "c.copy_(ct.t());",
+        "c.copy_(ct.view({p.O, KKC}));",
+        "tests/test_conv2d_gemm_paths.py -k 'sycl and grad_weight_gemm_matches_oracle'",
+        "SYCL conv2d transposed grad_weight (the stem): the [taps x C, O] result copied out without transposing",
+    ),
+    M(
         "sycl-conv-strided-rows-image",
         "csrc/sycl/kernels/fused_linear_relu.hpp",
         "return n * sn + oh * sh + (r - oh * ow) * rs;",

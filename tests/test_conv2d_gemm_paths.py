@@ -48,11 +48,13 @@ def _backward(go, x, w, stride, padding, dilation, mask):
 
 
 # (N, C, H, W, O, k, stride, padding, dilation): the vector path (C % 64 == 0, channels_last), gathers (C = 96,
-# 3-channel stem, NCHW), strided, padded beyond the window, dilated, a kernel column count that straddles panels.
+# 3-channel stem, NCHW), strided, padded beyond the window, dilated, a kernel column count that straddles panels; the
+# stem with 64 output channels takes the transposed orientation (conv2d.cpp grad_weight_transposed).
 GW_CASES = {
     "vector_3x3": (2, 64, 9, 11, 40, 3, 1, 1, 1),
     "c96_gather": (1, 96, 7, 6, 70, 3, 1, 1, 1),
     "stem_7x7_s2": (2, 3, 23, 19, 16, 7, 2, 3, 1),
+    "stem_7x7_s2_o64": (2, 3, 23, 19, 64, 7, 2, 3, 1),  # transposed: grad_weight^T = patches^T @ grad_output
     "stride2_1x1": (2, 128, 9, 9, 33, 1, 2, 0, 1),
     "pad2_dil2": (1, 64, 10, 9, 20, 3, 1, 2, 2),
     "asym_5x5": (3, 10, 12, 13, 7, 5, 2, 1, 1),
@@ -159,6 +161,25 @@ def test_grad_weight_gemm_chunks_accumulate(sycl_cpu, memory_format):
     # each half of the pixels alone gives its own gradient: the two chunks' sum is the whole
     half = [_backward(go[i : i + 1], x[i : i + 1], w, [1, 1], [1, 1], [1, 1], [False, True, False])[1] for i in (0, 1)]
     torch.testing.assert_close(gw, half[0] + half[1], rtol=1e-5, atol=1e-3)
+
+
+@pytest.mark.parametrize("memory_format", ["nchw", "channels_last"])
+def test_grad_weight_transposed_chunks_accumulate(sycl_cpu, memory_format):
+    """The stem's grad_weight transposed (patches^T @ grad_output, conv2d.cpp grad_weight_transposed) over more
+    pixels than one chunk of patches holds (4 Mi elements / 147 columns: 28480 pixels; here 3 x 112 x 112 = 37632):
+    the second chunk must add to the first, each chunk read at its own pixels of grad_output. Small integers make
+    every sum exact, so the result equals the float64 oracle."""
+    fmt = CL if memory_format == "channels_last" else torch.contiguous_format
+    torch.manual_seed(5)
+    x = torch.randint(-4, 5, (3, 3, 224, 224)).float().contiguous(memory_format=fmt)
+    w = torch.zeros(64, 3, 7, 7)
+    go = torch.randint(-4, 5, (3, 64, 112, 112)).float().contiguous(memory_format=fmt)
+    args = ([2, 2], [3, 3], [1, 1], [False, True, False])
+    (_, gw, _), ran = _launches(lambda: _backward(go, x, w, *args))
+    assert ran["conv2d_im2col"] == 2 and ran["linear_gemm_panel"] == 2, ran  # two chunks
+    _, ref, _ = _oracle_backward(go, x, w, *args)
+    torch.testing.assert_close(gw, ref.float(), rtol=0, atol=0)
+    assert gw.is_contiguous(memory_format=fmt)
 
 
 # Stride-1 windows of channels_last problems with >= 2048 output pixels per image (Conv2dConfig::kWindowMinPixels)

@@ -966,6 +966,47 @@ bool grad_weight_window(Launcher& L, const Conv2dProblem& p, const at::Tensor& g
   return std::all_of(v, v + c.numel(), [](T e) { return std::isfinite(e); });
 }
 
+// grad_weight transposed, grad_weight^T [KH*KW*C, O] = col^T [KH*KW*C, pixels] @ grad_output [pixels, O], where the
+// patches are few and grad_output's channels fill whole panels better: the 7x7 stem (3 input channels: 147 patch
+// columns, 64 output channels). The GEMM's rows are then the patch columns (tiles of 6: 150 rows computed for 147)
+// and its columns the output channels (one 64-column panel, grad_output's rows read in place), where the other
+// orientation computes 66 rows (64 output channels) x 192 columns (147 in three panels). col holds each pixel's
+// patch in one row ([pixels, KH*KW*C], conv2d_im2col with one panel of all its columns; 25 % fewer bytes than three
+// 64-column panels) and is read as A with a stride of KH*KW*C per pixel; the chunks and K ranges are the other
+// route's. Chosen where it computes fewer padded products and A's stride per pixel stays within 2 KiB (the
+// hardware prefetcher's reach for a strided stream; a 3x3 layer's 9*C columns exceed it from C = 57).
+// Measured in one process against the other orientation (2-core Intel Xeon, AVX-512 + AMX; docs/performance.md,
+// "Split K for grad_weight"): the stem 1.17-1.27x faster at batch 1, 2 and 8 in both memory formats.
+bool grad_weight_transposed_pays(const Conv2dProblem& p, int64_t panel, size_t elem_size) {
+  const int64_t KKC = p.KH * p.KW * p.C, R = xk::PanelTile<float>::kRows;
+  const int64_t direct = ceil_div(p.O, R) * R * ceil_div(KKC, panel) * panel;
+  const int64_t transposed = ceil_div(KKC, R) * R * ceil_div(p.O, panel) * panel;
+  return transposed < direct && KKC * static_cast<int64_t>(elem_size) <= 2048;
+}
+
+template <typename T>
+void grad_weight_transposed(Launcher& L, const Conv2dProblem& p, const at::Tensor& go_cl, const at::Tensor& x,
+                            at::Tensor& c, bool cl_order) {
+  using C = Conv2dConfig;
+  const int64_t M = p.N * p.OH * p.OW, KKC = p.KH * p.KW * p.C;
+  const int64_t P = xk::PanelTile<T>::kCols;
+  const int64_t chunk =
+      std::min(M, std::max(C::kIm2colPixels, C::kIm2colElements / KKC / C::kIm2colPixels * C::kIm2colPixels));
+  const at::Tensor col = empty({chunk * KKC}, x.options());
+  at::Tensor ct = empty({KKC, p.O}, c.options()), partial;  // grad_weight^T; partial unused (T accumulates)
+  const T* go = cptr<T>(go_cl);                             // [pixels, O] rows (channels_last, dense)
+  for (int64_t s = 0, m0 = 0; m0 < M; ++s, m0 += chunk) {
+    const int64_t mc = std::min(chunk, M - m0);
+    launch_im2col<T>(L, p, x, col, m0, mc, /*panel=*/KKC, cl_order);
+    // In-order queue: the GEMM reads col after the kernel above; the wait lets the next chunk overwrite col.
+    panel_gemm<T>(L, col.narrow(0, 0, mc * KKC).view({mc, KKC}).t(), go + m0 * p.O, p.O, P, P, p.O, at::Tensor(),
+                  /*relu=*/false, ct, partial, /*accumulate=*/s > 0, /*res=*/nullptr, /*bias_rows=*/false,
+                  /*split_k=*/true);
+    L.finish(go_cl);
+  }
+  c.copy_(ct.t());  // [O, KKC]: a few thousand elements (torch's copy stays on this thread)
+}
+
 // grad_weight of a one-group convolution as GEMMs, on devices that run the CPU GEMM kernels: grad_weight, viewed
 // as [O, KH*KW*C] in its memory order, = grad_output^T [O, pixels] @ col [pixels, KH*KW*C], col the input's
 // patches (conv2d_im2col, written as the panel GEMM's packed B operand) in chunks of pixels, each chunk's product
@@ -997,8 +1038,12 @@ void grad_weight_gemm(Launcher& L, const Conv2dProblem& p, const at::Tensor& go_
   if constexpr (std::is_floating_point_v<T>) {  // the accumulation types: float and double
     if (grad_weight_window_fits(L, p, P) && grad_weight_window<T>(L, p, go_cl, x, c)) return;
   }
-  const at::Tensor col = empty({panels * P * chunk}, x.options());
   const bool cl_order = p.channels_last || p.KH * p.KW == 1;
+  if (grad_weight_transposed_pays(p, P, sizeof(T))) {
+    grad_weight_transposed<T>(L, p, go_cl, x, c, cl_order);
+    return;
+  }
+  const at::Tensor col = empty({panels * P * chunk}, x.options());
   for (int64_t s = 0, m0 = 0; m0 < M; ++s, m0 += chunk) {
     const int64_t mc = std::min(chunk, M - m0);
     launch_im2col<T>(L, p, x, col, m0, mc, P, cl_order);
