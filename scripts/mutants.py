@@ -699,6 +699,22 @@ MUTANTS: list[Mutant] = [
         "SYCL conv2d transposed grad_weight (the stem): the [taps x C, O] result copied out without transposing",
     ),
     M(
+        "sycl-conv-im2col-rows-right-edge",
+        "csrc/sycl/kernels/conv2d.hpp",
+        "if (ix >= 0 && ix < p.W) v = src[j];",
+        "if (ix >= 0 && ix <= p.W) v = src[j];",
+        "tests/test_conv2d_gemm_paths.py -k 'sycl and (grad_weight_gemm_matches_oracle or transposed_chunks)'",
+        "SYCL conv2d im2col as row runs: the pixel one past the input row's end read instead of the padding's zero",
+    ),
+    M(
+        "sycl-conv-im2col-rows-inside",
+        "csrc/sycl/kernels/conv2d.hpp",
+        "const bool row_inside = ix0 >= 0 && ix0 + p.KW <= p.W;",
+        "const bool row_inside = ix0 >= 0 && ix0 + p.KW <= p.W + 1;",
+        "tests/test_conv2d_gemm_paths.py -k 'sycl and (grad_weight_gemm_matches_oracle or transposed_chunks)'",
+        "SYCL conv2d im2col as row runs: a run hanging one pixel past the row's end copied as if inside",
+    ),
+    M(
         "sycl-conv-strided-rows-image",
         "csrc/sycl/kernels/fused_linear_relu.hpp",
         "return n * sn + oh * sh + (r - oh * ow) * rs;",

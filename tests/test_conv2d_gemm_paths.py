@@ -49,12 +49,14 @@ def _backward(go, x, w, stride, padding, dilation, mask):
 
 # (N, C, H, W, O, k, stride, padding, dilation): the vector path (C % 64 == 0, channels_last), gathers (C = 96,
 # 3-channel stem, NCHW), strided, padded beyond the window, dilated, a kernel column count that straddles panels; the
-# stem with 64 output channels takes the transposed orientation (conv2d.cpp grad_weight_transposed).
+# stem with 64 output channels takes the transposed orientation (conv2d.cpp grad_weight_transposed), whose patches of
+# a channels_last input are copied as runs of input rows (conv2d_im2col_rows), of an NCHW one gathered (conv2d_im2col).
 GW_CASES = {
     "vector_3x3": (2, 64, 9, 11, 40, 3, 1, 1, 1),
     "c96_gather": (1, 96, 7, 6, 70, 3, 1, 1, 1),
     "stem_7x7_s2": (2, 3, 23, 19, 16, 7, 2, 3, 1),
     "stem_7x7_s2_o64": (2, 3, 23, 19, 64, 7, 2, 3, 1),  # transposed: grad_weight^T = patches^T @ grad_output
+    "c3_3x3_pad2_o64": (2, 3, 11, 9, 64, 3, 1, 2, 1),  # transposed, padding past the window (whole runs outside)
     "stride2_1x1": (2, 128, 9, 9, 33, 1, 2, 0, 1),
     "pad2_dil2": (1, 64, 10, 9, 20, 3, 1, 2, 2),
     "asym_5x5": (3, 10, 12, 13, 7, 5, 2, 1, 1),
@@ -176,7 +178,9 @@ def test_grad_weight_transposed_chunks_accumulate(sycl_cpu, memory_format):
     go = torch.randint(-4, 5, (3, 64, 112, 112)).float().contiguous(memory_format=fmt)
     args = ([2, 2], [3, 3], [1, 1], [False, True, False])
     (_, gw, _), ran = _launches(lambda: _backward(go, x, w, *args))
-    assert ran["conv2d_im2col"] == 2 and ran["linear_gemm_panel"] == 2, ran  # two chunks
+    # two chunks; channels_last patches copied as runs of input rows, NCHW ones gathered
+    im2col = "conv2d_im2col_rows" if memory_format == "channels_last" else "conv2d_im2col"
+    assert ran[im2col] == 2 and ran["linear_gemm_panel"] == 2, ran
     _, ref, _ = _oracle_backward(go, x, w, *args)
     torch.testing.assert_close(gw, ref.float(), rtol=0, atol=0)
     assert gw.is_contiguous(memory_format=fmt)

@@ -971,12 +971,13 @@ bool grad_weight_window(Launcher& L, const Conv2dProblem& p, const at::Tensor& g
 // columns, 64 output channels). The GEMM's rows are then the patch columns (tiles of 6: 150 rows computed for 147)
 // and its columns the output channels (one 64-column panel, grad_output's rows read in place), where the other
 // orientation computes 66 rows (64 output channels) x 192 columns (147 in three panels). col holds each pixel's
-// patch in one row ([pixels, KH*KW*C], conv2d_im2col with one panel of all its columns; 25 % fewer bytes than three
-// 64-column panels) and is read as A with a stride of KH*KW*C per pixel; the chunks and K ranges are the other
-// route's. Chosen where it computes fewer padded products and A's stride per pixel stays within 2 KiB (the
-// hardware prefetcher's reach for a strided stream; a 3x3 layer's 9*C columns exceed it from C = 57).
-// Measured in one process against the other orientation (2-core Intel Xeon, AVX-512 + AMX; docs/performance.md,
-// "Split K for grad_weight"): the stem 1.17-1.27x faster at batch 1, 2 and 8 in both memory formats.
+// patch in one row ([pixels, KH*KW*C]; 25 % fewer bytes than three 64-column panels: conv2d_im2col_rows for a
+// channels_last input, conv2d_im2col with one panel of all the columns otherwise) and is read as A with a stride
+// of KH*KW*C per pixel; the chunks and K ranges are the other route's. Chosen where it computes fewer padded products
+// and A's stride per pixel stays within 2 KiB (the hardware prefetcher's reach for a strided stream; a 3x3 layer's 9*C
+// columns exceed it from C = 57). Measured in one process against the other orientation (2-core Intel Xeon, AVX-512 +
+// AMX; docs/performance.md, "Split K for grad_weight"): the stem 1.17-1.27x faster at batch 1, 2 and 8 in both memory
+// formats.
 bool grad_weight_transposed_pays(const Conv2dProblem& p, int64_t panel, size_t elem_size) {
   const int64_t KKC = p.KH * p.KW * p.C, R = xk::PanelTile<float>::kRows;
   const int64_t direct = ceil_div(p.O, R) * R * ceil_div(KKC, panel) * panel;
@@ -995,9 +996,36 @@ void grad_weight_transposed(Launcher& L, const Conv2dProblem& p, const at::Tenso
   const at::Tensor col = empty({chunk * KKC}, x.options());
   at::Tensor ct = empty({KKC, p.O}, c.options()), partial;  // grad_weight^T; partial unused (T accumulates)
   const T* go = cptr<T>(go_cl);                             // [pixels, O] rows (channels_last, dense)
+  // A channels_last input whose row pixels are C apart, undilated: each kernel row's patch elements are one run of
+  // an input row, copied as such (conv2d_im2col_rows) instead of gathered element by element.
+  const bool rows = cl_order && x.stride(1) == 1 && x.stride(3) == p.C && p.dilation == std::array<int64_t, 2>{1, 1};
   for (int64_t s = 0, m0 = 0; m0 < M; ++s, m0 += chunk) {
     const int64_t mc = std::min(chunk, M - m0);
-    launch_im2col<T>(L, p, x, col, m0, mc, /*panel=*/KKC, cl_order);
+    if (rows) {
+      using K = xk::conv2d_im2col_rows;
+      L.launch<K, T>(
+          sycl::nd_range<1>(sycl::range<1>(ceil_div(mc, C::kIm2colPixels) * K::kLocal), sycl::range<1>(K::kLocal)),
+          {.x = cptr<T>(x),
+           .col = mptr<T>(col),
+           .m0 = m0,
+           .Mc = mc,
+           .C = p.C,
+           .H = p.H,
+           .W = p.W,
+           .sN = x.stride(0),
+           .sH = x.stride(2),
+           .OH = p.OH,
+           .OW = p.OW,
+           .KH = p.KH,
+           .KW = p.KW,
+           .sh = p.stride[0],
+           .sw = p.stride[1],
+           .ph = p.padding[0],
+           .pw = p.padding[1],
+           .pixels_per_group = C::kIm2colPixels});
+    } else {
+      launch_im2col<T>(L, p, x, col, m0, mc, /*panel=*/KKC, cl_order);
+    }
     // In-order queue: the GEMM reads col after the kernel above; the wait lets the next chunk overwrite col.
     panel_gemm<T>(L, col.narrow(0, 0, mc * KKC).view({mc, KKC}).t(), go + m0 * p.O, p.O, P, P, p.O, at::Tensor(),
                   /*relu=*/false, ct, partial, /*accumulate=*/s > 0, /*res=*/nullptr, /*bias_rows=*/false,

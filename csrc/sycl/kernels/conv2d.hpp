@@ -172,6 +172,26 @@ struct conv2d_im2col {
   static void run(item_arg<1> ia, const params<T>& p);
 };
 
+// The patches of an undilated convolution of a channels_last input (channels contiguous, neighbouring pixels of a row
+// C elements apart) as rows: col [Mc, KH * KW * C] for output pixels m0 .. m0 + Mc - 1, columns (kh, kw, c). Each
+// kernel row's KW * C elements are one contiguous run of an input row, copied with vector loads and stores (a run
+// that leaves the image, in the padding, element by element); conv2d_im2col gathers every element instead.
+template <typename T>
+struct conv2d_im2col_rows_params {
+  const T* x;
+  T* col;
+  int64_t m0, Mc, C, H, W, sN, sH, OH, OW, KH, KW, sh, sw, ph, pw, pixels_per_group;
+};
+struct conv2d_im2col_rows {
+  static constexpr int dims = 1;
+  static constexpr int kLocal = 16;  // lanes over a run's elements
+  using types = float_types;
+  template <typename T>
+  using params = conv2d_im2col_rows_params<T>;
+  template <typename T>
+  static void run(item_arg<1> ia, const params<T>& p);
+};
+
 // grad_input as a GEMM (groups == 1, undilated, strided: conv2d.cpp col2im_grad_input): the GEMM writes, for one
 // image, col [OH * OW, KH * KW * C] = grad_output [OH * OW, O] @ w [O, (kh, kw, c)]; this kernel gathers every input
 // pixel's gradient from the columns of the output pixels whose windows cover it (each element of col lands on one
@@ -1051,6 +1071,53 @@ void conv2d_col2im::run(item_arg<1> ia, const params<T>& p) {
   }
 }
 
+// Launch: nd_range<1>, local size kLocal, one work-group per pixels_per_group output pixels.
+template <typename T>
+void conv2d_im2col_rows::run(item_arg<1> ia, const params<T>& p) {
+  const auto it = item(ia);
+  const int64_t lid = static_cast<int64_t>(it.get_local_id(0));
+  const int64_t g = static_cast<int64_t>(it.get_group(0));
+  const int64_t C = p.C, len = p.KW * C, KKC = p.KH * len;
+  const int64_t mm0 = g * p.pixels_per_group;
+  const int64_t mm1 = p.Mc - mm0 < p.pixels_per_group ? p.Mc : mm0 + p.pixels_per_group;
+  const T zero = from_acc<T>(acc_t<T>(0));
+  int64_t m = p.m0 + mm0;
+  int64_t ox = m % p.OW, t = m / p.OW;
+  int64_t oy = t % p.OH, img = t / p.OH;
+  for (int64_t mm = mm0; mm < mm1; ++mm) {
+    const int64_t ix0 = ox * p.sw - p.pw;
+    const bool row_inside = ix0 >= 0 && ix0 + p.KW <= p.W;  // uniform: the whole run lies in the input row
+    const T* xb = p.x + img * p.sN + ix0 * C;               // the run's first element, in row 0 of the image
+    T* dst = p.col + mm * KKC;
+    for (int64_t kh = 0; kh < p.KH; ++kh) {
+      const int64_t iy = oy * p.sh - p.ph + kh;
+      T* d = dst + kh * len;
+      if (iy < 0 || iy >= p.H) {  // uniform: a padding row
+        for (int64_t j = lid; j < len; j += kLocal) d[j] = zero;
+        continue;
+      }
+      const T* src = xb + iy * p.sH;
+      if (row_inside) {
+        for (int64_t j = lid; j < len; j += kLocal) d[j] = src[j];
+      } else {
+        for (int64_t j = lid; j < len; j += kLocal) {
+          const int64_t ix = ix0 + j / C;
+          T v = zero;
+          if (ix >= 0 && ix < p.W) v = src[j];
+          d[j] = v;
+        }
+      }
+    }
+    if (++ox == p.OW) {
+      ox = 0;
+      if (++oy == p.OH) {
+        oy = 0;
+        ++img;
+      }
+    }
+  }
+}
+
 // ------------------------------------------------------------------ split reduction
 // dst[dst(o, c, kh, kw)] = sum over s = 0..splits-1 (in order) of part[s * part_stride + src], converted to T,
 // for the packed position src = [g, kh, kw, c, o % Opg] with o padded to Opg_pad (o = g * Opg + o % Opg), and
@@ -1603,6 +1670,6 @@ using conv2d_lane_kernels =
 using conv2d_kernels = concat_t<conv2d_lane_kernels<16>, conv2d_lane_kernels<8>, conv2d_lane_kernels<32>,
                                 conv2d_wino_kernels<16>, conv2d_wino_kernels<8>,
                                 kernel_list<conv2d_wino_gemm<16, 6, 4>, conv2d_reduce_splits, conv2d_im2col,
-                                            conv2d_col2im, conv2d_pack_groups, conv2d_wino_pack>>;
+                                            conv2d_im2col_rows, conv2d_col2im, conv2d_pack_groups, conv2d_wino_pack>>;
 
 }  // namespace xk
