@@ -898,38 +898,46 @@ bool grad_weight_window_fits(const Launcher& L, const Conv2dProblem& p, int64_t 
 }
 
 // conv2d_im2col for pixels [m0, m0 + mc) of problem g (its C, H, W, OH, OW, window, stride, padding, dilation) over
-// x (strides as given), written as `panel`-column panels into col (kernels/conv2d.hpp). Queued (in-order queue).
+// x (strides as given), written as `panel`-column panels into col (kernels/conv2d.hpp). rows: conv2d_im2col_rows
+// instead, col as rows of all KH*KW*C columns (panel = KH*KW*C; channels_last x with pixels C apart, undilated).
+// Queued (in-order queue).
 template <typename T>
 void launch_im2col(Launcher& L, const Conv2dProblem& g, const at::Tensor& x, const at::Tensor& col, int64_t m0,
-                   int64_t mc, int64_t panel, bool cl_order) {
+                   int64_t mc, int64_t panel, bool cl_order, bool rows = false) {
   using C = Conv2dConfig;
+  const xk::conv2d_im2col_params<T> params{.x = cptr<T>(x),
+                                           .col = mptr<T>(col),
+                                           .m0 = m0,
+                                           .Mc = mc,
+                                           .C = g.C,
+                                           .H = g.H,
+                                           .W = g.W,
+                                           .sN = x.stride(0),
+                                           .sC = x.stride(1),
+                                           .sH = x.stride(2),
+                                           .sW = x.stride(3),
+                                           .OH = g.OH,
+                                           .OW = g.OW,
+                                           .KH = g.KH,
+                                           .KW = g.KW,
+                                           .sh = g.stride[0],
+                                           .sw = g.stride[1],
+                                           .ph = g.padding[0],
+                                           .pw = g.padding[1],
+                                           .dh = g.dilation[0],
+                                           .dw = g.dilation[1],
+                                           .panel = panel,
+                                           .pixels_per_group = C::kIm2colPixels,
+                                           .cl_order = cl_order ? 1 : 0};
+  const int64_t pixel_groups = ceil_div(mc, C::kIm2colPixels);
+  if (rows) {
+    using K = xk::conv2d_im2col_rows;
+    L.launch<K, T>(sycl::nd_range<1>(sycl::range<1>(pixel_groups * K::kLocal), sycl::range<1>(K::kLocal)), params);
+    return;
+  }
   const int64_t panels = ceil_div(g.KH * g.KW * g.C, panel);
   L.launch<xk::conv2d_im2col, T>(
-      sycl::nd_range<1>(sycl::range<1>(panel * panels * ceil_div(mc, C::kIm2colPixels)), sycl::range<1>(panel)),
-      {.x = cptr<T>(x),
-       .col = mptr<T>(col),
-       .m0 = m0,
-       .Mc = mc,
-       .C = g.C,
-       .H = g.H,
-       .W = g.W,
-       .sN = x.stride(0),
-       .sC = x.stride(1),
-       .sH = x.stride(2),
-       .sW = x.stride(3),
-       .OH = g.OH,
-       .OW = g.OW,
-       .KH = g.KH,
-       .KW = g.KW,
-       .sh = g.stride[0],
-       .sw = g.stride[1],
-       .ph = g.padding[0],
-       .pw = g.padding[1],
-       .dh = g.dilation[0],
-       .dw = g.dilation[1],
-       .panel = panel,
-       .pixels_per_group = C::kIm2colPixels,
-       .cl_order = cl_order ? 1 : 0});
+      sycl::nd_range<1>(sycl::range<1>(panel * panels * pixel_groups), sycl::range<1>(panel)), params);
 }
 
 // src [N, C, H, W] (any strides) onto a zero-padded NHWC pixel grid [N * Hp * Wp, C], src's pixel (h, w) at grid
@@ -1001,31 +1009,7 @@ void grad_weight_transposed(Launcher& L, const Conv2dProblem& p, const at::Tenso
   const bool rows = cl_order && x.stride(1) == 1 && x.stride(3) == p.C && p.dilation == std::array<int64_t, 2>{1, 1};
   for (int64_t s = 0, m0 = 0; m0 < M; ++s, m0 += chunk) {
     const int64_t mc = std::min(chunk, M - m0);
-    if (rows) {
-      using K = xk::conv2d_im2col_rows;
-      L.launch<K, T>(
-          sycl::nd_range<1>(sycl::range<1>(ceil_div(mc, C::kIm2colPixels) * K::kLocal), sycl::range<1>(K::kLocal)),
-          {.x = cptr<T>(x),
-           .col = mptr<T>(col),
-           .m0 = m0,
-           .Mc = mc,
-           .C = p.C,
-           .H = p.H,
-           .W = p.W,
-           .sN = x.stride(0),
-           .sH = x.stride(2),
-           .OH = p.OH,
-           .OW = p.OW,
-           .KH = p.KH,
-           .KW = p.KW,
-           .sh = p.stride[0],
-           .sw = p.stride[1],
-           .ph = p.padding[0],
-           .pw = p.padding[1],
-           .pixels_per_group = C::kIm2colPixels});
-    } else {
-      launch_im2col<T>(L, p, x, col, m0, mc, /*panel=*/KKC, cl_order);
-    }
+    launch_im2col<T>(L, p, x, col, m0, mc, /*panel=*/KKC, cl_order, rows);
     // In-order queue: the GEMM reads col after the kernel above; the wait lets the next chunk overwrite col.
     panel_gemm<T>(L, col.narrow(0, 0, mc * KKC).view({mc, KKC}).t(), go + m0 * p.O, p.O, P, P, p.O, at::Tensor(),
                   /*relu=*/false, ct, partial, /*accumulate=*/s > 0, /*res=*/nullptr, /*bias_rows=*/false,

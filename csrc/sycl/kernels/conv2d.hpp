@@ -175,19 +175,14 @@ struct conv2d_im2col {
 // The patches of an undilated convolution of a channels_last input (channels contiguous, neighbouring pixels of a row
 // C elements apart) as rows: col [Mc, KH * KW * C] for output pixels m0 .. m0 + Mc - 1, columns (kh, kw, c). Each
 // kernel row's KW * C elements are one contiguous run of an input row, copied with vector loads and stores (a run
-// that leaves the image, in the padding, element by element); conv2d_im2col gathers every element instead.
-template <typename T>
-struct conv2d_im2col_rows_params {
-  const T* x;
-  T* col;
-  int64_t m0, Mc, C, H, W, sN, sH, OH, OW, KH, KW, sh, sw, ph, pw, pixels_per_group;
-};
+// that leaves the image, in the padding, element by element); conv2d_im2col gathers every element instead. The
+// params are conv2d_im2col's (sC == 1, sW == C, dh == dw == 1; panel and cl_order unused).
 struct conv2d_im2col_rows {
   static constexpr int dims = 1;
   static constexpr int kLocal = 16;  // lanes over a run's elements
   using types = float_types;
   template <typename T>
-  using params = conv2d_im2col_rows_params<T>;
+  using params = conv2d_im2col_params<T>;
   template <typename T>
   static void run(item_arg<1> ia, const params<T>& p);
 };
