@@ -963,7 +963,7 @@ bool grad_weight_window(Launcher& L, const Conv2dProblem& p, const at::Tensor& g
   const at::Tensor gpad = pad_to_grid<T>(L, go_cl, 0, 0, Hp, Wp);
   // Up to the last pixel with a gradient: the largest tap shift then ends at the buffer's last pixel.
   const int64_t K = (p.N - 1) * img + (p.OH - 1) * Wp + p.OW;
-  at::Tensor partial;  // unused: T is the accumulation type
+  at::Tensor partial;  // split K's scratch (T is the accumulation type): alive until the wait below
   panel_gemm<T>(L, gpad.narrow(0, 0, K).t(), cptr<T>(xpad), p.C, Wp * p.C, p.KW * p.C, p.KH * p.KW * p.C, at::Tensor(),
                 /*relu=*/false, c, partial, /*accumulate=*/false, /*res=*/nullptr, /*bias_rows=*/false,
                 /*split_k=*/true);
@@ -972,6 +972,14 @@ bool grad_weight_window(Launcher& L, const Conv2dProblem& p, const at::Tensor& g
   // op (which would wake torch's thread pool while the runtime's workers still spin).
   const T* v = cptr<T>(c);
   return std::all_of(v, v + c.numel(), [](T e) { return std::isfinite(e); });
+}
+
+// Pixels per chunk of an im2col route whose patches take cols_per_pixel elements per pixel: at most
+// Conv2dConfig::kIm2colElements elements, whole conv2d_im2col work-groups (kIm2colPixels), at most all M pixels.
+int64_t im2col_chunk(int64_t M, int64_t cols_per_pixel) {
+  using C = Conv2dConfig;
+  return std::min(
+      M, std::max(C::kIm2colPixels, C::kIm2colElements / cols_per_pixel / C::kIm2colPixels * C::kIm2colPixels));
 }
 
 // grad_weight transposed, grad_weight^T [KH*KW*C, O] = col^T [KH*KW*C, pixels] @ grad_output [pixels, O], where the
@@ -996,13 +1004,11 @@ bool grad_weight_transposed_pays(const Conv2dProblem& p, int64_t panel, size_t e
 template <typename T>
 void grad_weight_transposed(Launcher& L, const Conv2dProblem& p, const at::Tensor& go_cl, const at::Tensor& x,
                             at::Tensor& c, bool cl_order) {
-  using C = Conv2dConfig;
   const int64_t M = p.N * p.OH * p.OW, KKC = p.KH * p.KW * p.C;
   const int64_t P = xk::PanelTile<T>::kCols;
-  const int64_t chunk =
-      std::min(M, std::max(C::kIm2colPixels, C::kIm2colElements / KKC / C::kIm2colPixels * C::kIm2colPixels));
+  const int64_t chunk = im2col_chunk(M, KKC);
   const at::Tensor col = empty({chunk * KKC}, x.options());
-  at::Tensor ct = empty({KKC, p.O}, c.options()), partial;  // grad_weight^T; partial unused (T accumulates)
+  at::Tensor ct = empty({KKC, p.O}, c.options()), partial;  // grad_weight^T; partial: split K's scratch
   const T* go = cptr<T>(go_cl);                             // [pixels, O] rows (channels_last, dense)
   // A channels_last input whose row pixels are C apart, undilated: each kernel row's patch elements are one run of
   // an input row, copied as such (conv2d_im2col_rows) instead of gathered element by element.
@@ -1029,14 +1035,12 @@ void grad_weight_transposed(Launcher& L, const Conv2dProblem& p, const at::Tenso
 template <typename T>
 void grad_weight_gemm(Launcher& L, const Conv2dProblem& p, const at::Tensor& go_cl, const at::Tensor& x,
                       at::Tensor& gw) {
-  using C = Conv2dConfig;
   const int64_t M = p.N * p.OH * p.OW, KKC = p.KH * p.KW * p.C;
   const int64_t P = xk::PanelTile<T>::kCols, panels = ceil_div(KKC, P);
-  const int64_t chunk =
-      std::min(M, std::max(C::kIm2colPixels, C::kIm2colElements / (panels * P) / C::kIm2colPixels * C::kIm2colPixels));
+  const int64_t chunk = im2col_chunk(M, panels * P);
   const at::Tensor a = go_cl.permute({0, 2, 3, 1}).reshape({M, p.O}).t();  // [O, pixels], a view
   at::Tensor c = gw.as_strided({p.O, KKC}, {KKC, 1});                      // gw is dense in its memory format
-  at::Tensor partial;                                                      // unused: T is the accumulation type
+  at::Tensor partial;  // split K's scratch (T is the accumulation type): alive until each wait below
   // 1x1, stride 1, unpadded, dense channels_last input: the patches are the input's rows [pixels, C] as stored, read
   // in place as B (no im2col copy, no chunks; the kernel's K blocks of pixels accumulate in gw). Measured against
   // the im2col route on a 2-vCPU AMD EPYC with AVX-512 (2026-12-05), ResNet-50's 1x1 layers at batch 1 and 8:

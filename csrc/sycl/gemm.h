@@ -185,7 +185,8 @@ void panel_gemm_lanes(Launcher& L, const at::Tensor& A, const T* b_ptr, int64_t 
       partial_ptr = partial.mutable_data_ptr<acc>();
     }
   }
-  // Split K: the ranges after the first sum into `splits` ([ranges - 1, M, N]), added to C below.
+  // Split K: the ranges after the first sum into scratch ([ranges - 1, M, N]) handed back in `partial` (unused for
+  // the accumulation type otherwise; the caller keeps it alive until the kernels are done), added to C below.
   int64_t k_split = 0, ranges = 1;
   if (split_k) {
     // About K / kSplitKLength ranges (rounded to the nearest), at most as many as the scratch bound allows, of equal
@@ -199,12 +200,11 @@ void panel_gemm_lanes(Launcher& L, const at::Tensor& A, const T* b_ptr, int64_t 
       if (ranges == 1) k_split = 0;
     }
   }
-  at::Tensor splits;
   if (ranges > 1) {
     TORCH_CHECK((std::is_same_v<T, acc>) && !bias.defined() && !relu && res == nullptr && C.is_contiguous(),
                 "xkernels: a split-K panel GEMM needs the accumulation type, a dense C and no epilogue");
     if constexpr (std::is_same_v<T, acc>) partial_ptr = c_ptr;
-    splits = empty({(ranges - 1) * M * N}, C.options());
+    partial = empty({(ranges - 1) * M * N}, C.options());
   }
   const int64_t row_groups = ceil_div(M, int64_t{G::kRows} * G::kRowTilesPerGroup);
   const int64_t panels = ceil_div(N, int64_t{G::kCols});
@@ -245,27 +245,26 @@ void panel_gemm_lanes(Launcher& L, const at::Tensor& A, const T* b_ptr, int64_t 
                                                               .a_sh = a.sh,
                                                               .panel_block = panel_block,
                                                               .k_split = k_split,
-                                                              .splits = ranges > 1 ? mptr<T>(splits) : nullptr});
+                                                              .splits = ranges > 1 ? mptr<T>(partial) : nullptr});
   });
   if (ranges > 1) {  // C += the later ranges' sums, in range order (C is dense [M, N]: one column of M * N)
     constexpr int64_t kLocal = 16;
     L.launch<xk::linear_column_sum, T>(
         sycl::nd_range<1>(sycl::range<1>(ceil_div(M * N, kLocal) * kLocal), sycl::range<1>(kLocal)),
-        {.partial = reinterpret_cast<const acc*>(cptr<T>(splits)),
+        {.partial = reinterpret_cast<const acc*>(cptr<T>(partial)),
          .out = c_ptr,
          .R = ranges - 1,
          .N = M * N,
          .accumulate = 1});
-    L.finish(C);  // splits dies here
   }
 }
 
 // The panel GEMM (linear_gemm_panel) on a B operand already in place or packed: C [M, N] =
 // epilogue(A @ B [+ bias] [+ res]), column n of B read at b_ptr + (n / panel_cols) * panel_stride + k * ldb +
 // n % panel_cols (B in place: panel_cols = panel_stride). `partial` receives the acc-type K-block scratch when
-// T is not the accumulation type (the caller keeps it alive until the kernel is done). accumulate: C += A @ B
-// (no epilogue). res: [M, N] with C's row stride, added after the bias and before ReLU (null: none).
-// bias_rows: the bias is per row (bias[m], M values) instead of per column. split_k (accumulation type, no
+// T is not the accumulation type, or split_k's scratch (the caller keeps it alive until the kernels are done).
+// accumulate: C += A @ B (no epilogue). res: [M, N] with C's row stride, added after the bias and before ReLU (null:
+// none). bias_rows: the bias is per row (bias[m], M values) instead of per column. split_k (accumulation type, no
 // epilogue, dense C): K cut into ranges (GemmConfig::kSplitKLength) summed in parallel, then added in order (a
 // deterministic order that depends on the shape only, not the same rounding as one sequential sum). A: [M, K], or [N,
 // OH, OW, K] whose first three dimensions are the rows (gemm_rows).
