@@ -496,6 +496,14 @@ MUTANTS: list[Mutant] = [
         "SYCL linear small-M kernel: the last element of the K tail dropped",
     ),
     M(
+        "sycl-linear-dot-single-row-columns",
+        "csrc/sycl/kernels/fused_linear_relu.hpp",
+        "linear_detail::dot_tile<T, S_, 1, G::kSingleRowCols, BIAS, RELU>(it, p, 0, g * G::kSingleRowCols);",
+        "linear_detail::dot_tile<T, S_, 1, G::kSingleRowCols, BIAS, RELU>(it, p, 0, g * G::kCols);",
+        f"{T_LIN} -k sycl",
+        "SYCL linear, one row: work-groups step the multi-row tile's column count, not the single-row tile's",
+    ),
+    M(
         "sycl-linear-grad-mask-nan",
         "csrc/sycl/kernels/fused_linear_relu.hpp",
         "const T g = !(linear_detail::ld(output + i) <= acc(0)) ? grad_output[i] : from_acc<T>(acc(0));",

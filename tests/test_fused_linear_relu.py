@@ -24,6 +24,7 @@ def oracle(x, w, b):
 SHAPES = [
     ((1, 1), 1),
     ((5,), 3),  # 1-D input
+    ((1, 67), 19),  # one row (the SYCL dot kernel's single-row tile): a K tail, the last column tile overhangs N
     ((7, 13), 5),
     ((3, 5, 17), 11),
     ((31, 67), 19),

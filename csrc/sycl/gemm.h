@@ -314,8 +314,8 @@ void gemm(Launcher& L, GemmVariant variant, const at::Tensor& A, const at::Tenso
     with_cpu_lanes(L, [&](auto S_) {
       constexpr int S = decltype(S_)::value;
       using G = xk::DotTile<T, S>;
-      const int64_t row_tiles = ceil_div(M, G::kRows);
-      const int64_t groups = row_tiles * ceil_div(N, G::kCols);
+      const int64_t row_tiles = ceil_div(M, G::rows(M));
+      const int64_t groups = row_tiles * ceil_div(N, G::cols(M));
       const sycl::nd_range<1> range(sycl::range<1>(groups * G::kSubGroup), sycl::range<1>(G::kSubGroup));
       auto launch = [&](auto BIAS) {  // the table has (bias + ReLU) and (ReLU) dot kernels
         L.launch<xk::linear_gemm_dot<decltype(BIAS)::value, true, S>, T>(range, {.A = cptr<T>(A),

@@ -59,12 +59,19 @@ inline constexpr int64_t kPanelKBlock = 512;
 
 // Dot kernel, per lane width S: S = 16 (AVX-512): 4x4 accumulators (16 vectors) + 4 + 4 loaded vectors; fp64
 // 2x4 (two registers each). S = 8 (AVX2): 4x2 + 4 + 2 = 14 ymm; fp64 (two ymm each) 2x2: 8 + 4 + 4 = 16.
+// One row (M = 1, a matrix-vector product: the weight streamed once from memory, nothing to reuse across rows):
+// 1 x 8 accumulators + 8 + 1 loaded vectors (S = 16; fp64 1 x 4, two registers each), S = 8: 1 x 6 + 6 + 1 = 13
+// ymm (fp64 1 x 3: 14). The rows of the multi-row tile were the one row repeated, 4x the FMAs for nothing.
 template <typename T, int S = 16>
 struct DotTile {
   static_assert(S == 16 || S == 8, "lane widths of the CPU dot kernel: 16 (AVX-512) or 8 (AVX2)");
   static constexpr int kSubGroup = S;
   static constexpr int kRows = std::is_same_v<T, double> ? 2 : 4;
   static constexpr int kCols = S == 16 ? 4 : 2;
+  static constexpr int kSingleRowCols = (S == 16 ? 8 : 6) / (std::is_same_v<T, double> ? 2 : 1);
+  // Rows and columns of a work-group's tile for an M-row problem.
+  static constexpr int rows(int64_t M) { return M == 1 ? 1 : kRows; }
+  static constexpr int cols(int64_t M) { return M == 1 ? kSingleRowCols : kCols; }
 };
 
 // GPU tiling: 16x16 = 256 work-items (within every GPU's work-group limit) share a 64x64 output
@@ -428,28 +435,19 @@ void linear_pack_panels::run(item_arg<1> ia, const params<T>& p) {
 // ------------------------------------------------------------------ CPU: dot products along k
 // C[m, n] = epilogue( sum_k A[m * lda + k] * Bt[n * ldb + k] ).
 // Launch: 1-D, local size 16, one work-group per (row tile, column tile); row tiles fastest.
-template <bool BIAS, bool RELU, int S_>
-template <typename T>
-void linear_gemm_dot<BIAS, RELU, S_>::run(item_arg<1> ia, const params<T>& p) {
+namespace linear_detail {
+// One R x Q tile of linear_gemm_dot at rows m0.., columns n0.. (see the kernel).
+template <typename T, int S, int R, int Q, bool BIAS, bool RELU>
+inline void dot_tile(const sycl::nd_item<1>& it, const linear_gemm_dot_params<T>& p, int64_t m0, int64_t n0) {
   const auto A = p.A;
   const auto lda = p.lda;
   const auto Bt = p.Bt;
   const auto ldb = p.ldb;
-  const auto bias = p.bias;
-  const auto C = p.C;
-  const auto ldc = p.ldc;
   const auto M = p.M;
   const auto N = p.N;
   const auto K = p.K;
-  const auto row_tiles = p.row_tiles;
   using acc = acc_t<T>;
-  using G = DotTile<T, S_>;
-  constexpr int R = G::kRows, Q = G::kCols, S = G::kSubGroup;
-  const auto it = item(ia);
-  const auto sg = it.get_sub_group();
   const int lane = static_cast<int>(it.get_local_id(0));
-  const int64_t g = static_cast<int64_t>(it.get_group(0));
-  const int64_t m0 = (g % row_tiles) * R, n0 = (g / row_tiles) * Q;
   int64_t row[R], col[Q];  // uniform clamps; overhanging rows/columns are computed, never stored
   XK_UNROLL
   for (int i = 0; i < R; ++i) row[i] = m0 + i < M ? m0 + i : M - 1;
@@ -465,9 +463,9 @@ void linear_gemm_dot<BIAS, RELU, S_>::run(item_arg<1> ia, const params<T>& p) {
   for (int64_t k0 = 0; k0 < k_full; k0 += S) {
     acc a[R], b[Q];
     XK_UNROLL
-    for (int i = 0; i < R; ++i) a[i] = linear_detail::ld(A + row[i] * lda + k0 + lane);
+    for (int i = 0; i < R; ++i) a[i] = ld(A + row[i] * lda + k0 + lane);
     XK_UNROLL
-    for (int j = 0; j < Q; ++j) b[j] = linear_detail::ld(Bt + col[j] * ldb + k0 + lane);
+    for (int j = 0; j < Q; ++j) b[j] = ld(Bt + col[j] * ldb + k0 + lane);
     XK_UNROLL
     for (int i = 0; i < R; ++i) XK_UNROLL
     for (int j = 0; j < Q; ++j) c[i][j] = sycl::fma(a[i], b[j], c[i][j]);
@@ -476,9 +474,9 @@ void linear_gemm_dot<BIAS, RELU, S_>::run(item_arg<1> ia, const params<T>& p) {
     const bool ok = k_full + lane < K;
     acc a[R], b[Q];
     XK_UNROLL
-    for (int i = 0; i < R; ++i) a[i] = ok ? linear_detail::ld(A + row[i] * lda + k_full + lane) : acc(0);
+    for (int i = 0; i < R; ++i) a[i] = ok ? ld(A + row[i] * lda + k_full + lane) : acc(0);
     XK_UNROLL
-    for (int j = 0; j < Q; ++j) b[j] = ok ? linear_detail::ld(Bt + col[j] * ldb + k_full + lane) : acc(0);
+    for (int j = 0; j < Q; ++j) b[j] = ok ? ld(Bt + col[j] * ldb + k_full + lane) : acc(0);
     XK_UNROLL
     for (int i = 0; i < R; ++i) XK_UNROLL
     for (int j = 0; j < Q; ++j) c[i][j] = sycl::fma(a[i], b[j], c[i][j]);
@@ -488,10 +486,29 @@ void linear_gemm_dot<BIAS, RELU, S_>::run(item_arg<1> ia, const params<T>& p) {
   for (int i = 0; i < R; ++i) XK_UNROLL
   for (int j = 0; j < Q; ++j) {
     acc v = lanes_sum(it, c[i][j]);  // the work-group's S lanes (one sub-group under DPC++)
-    if constexpr (BIAS) v = v + linear_detail::ld(bias + col[j]);
+    if constexpr (BIAS) v = v + ld(p.bias + col[j]);
     if constexpr (RELU) v = v < acc(0) ? acc(0) : v;
-    if (lane == 0 && m0 + i < M && n0 + j < N) C[row[i] * ldc + col[j]] = from_acc<T>(v);
+    if (lane == 0 && m0 + i < M && n0 + j < N) p.C[row[i] * p.ldc + col[j]] = from_acc<T>(v);
   }
+}
+}  // namespace linear_detail
+
+// C[m, n] = epilogue( sum_k A[m * lda + k] * Bt[n * ldb + k] ).
+// Launch: 1-D, local size 16, one work-group per (row tile, column tile) of DotTile::rows(M) x cols(M); row tiles
+// fastest. One row (M = 1) takes the single-row tile (more columns, no repeated row), a uniform branch.
+template <bool BIAS, bool RELU, int S_>
+template <typename T>
+void linear_gemm_dot<BIAS, RELU, S_>::run(item_arg<1> ia, const params<T>& p) {
+  using G = DotTile<T, S_>;
+  const auto it = item(ia);
+  const int64_t g = static_cast<int64_t>(it.get_group(0));
+  if (G::rows(p.M) == 1) {
+    linear_detail::dot_tile<T, S_, 1, G::kSingleRowCols, BIAS, RELU>(it, p, 0, g * G::kSingleRowCols);
+    return;
+  }
+  const auto row_tiles = p.row_tiles;
+  const int64_t m0 = (g % row_tiles) * G::kRows, n0 = (g / row_tiles) * G::kCols;
+  linear_detail::dot_tile<T, S_, G::kRows, G::kCols, BIAS, RELU>(it, p, m0, n0);
 }
 
 // ------------------------------------------------------------------ GPU: local-memory tiles
