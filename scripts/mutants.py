@@ -472,6 +472,22 @@ MUTANTS: list[Mutant] = [
         "SYCL bf16 GEMM on AMX: the second 16-row tile reads the first's activations (killed only on a CPU with AMX)",
     ),
     M(
+        "sycl-amx-a-fastest-set",
+        "csrc/sycl/kernels/amx_gemm.hpp",
+        "    set = g / a_groups;",
+        "    set = g % b_sets;",
+        "tests/test_amx.py",
+        "SYCL bf16 GEMM on AMX, A blocks fastest: the B set taken from the wrong index (killed only on a CPU with AMX)",
+    ),
+    M(
+        "sycl-amx-short-last-set",
+        "csrc/sycl/kernels/amx_gemm.hpp",
+        "const int64_t b_end = (set + 1) * p.b_per_group < p.b_groups ? (set + 1) * p.b_per_group : p.b_groups;",
+        "const int64_t b_end = (set + 1) * p.b_per_group < p.b_groups ? (set + 1) * p.b_per_group : p.b_groups - 1;",
+        "tests/test_amx.py",
+        "SYCL bf16 GEMM on AMX: the last B block of a short last set skipped (killed only on a CPU with AMX)",
+    ),
+    M(
         "sycl-amx-window-tap-column",
         "csrc/sycl/kernels/amx_gemm.hpp",
         "(t / 3) * p.row_shift + (t % 3) * p.col_shift",

@@ -145,6 +145,50 @@ def test_integers_are_exact_and_equal_the_fma_kernels(amx, monkeypatch):
     assert torch.equal(y, y_fma)
 
 
+BLOCKS_ENV = "XKERNELS_AMX_GEMM_BLOCKS"
+# B blocks per work-group and work-group order (csrc/sycl/amx_gemm.h amx_blocks): one block, the default four, sets
+# that do not divide the blocks (a short last set), A blocks fastest, more blocks than there are.
+BLOCK_SETTINGS = ["b=1,order=b", "b=4,order=b", "b=3,order=b", "b=3,order=a", "b=1,order=a", "b=16,order=a"]
+
+
+def test_work_group_order_and_grouping_do_not_change_bits(amx, monkeypatch):
+    """Every XKERNELS_AMX_GEMM_BLOCKS setting computes each output with the same sum in the same order: the same
+    bits, within bf16's tolerance of float64, for the linear (out transposed; 7 B blocks of 32 rows, the last
+    partial, K long enough for two L2 chunks of B) and a 1x1 convolution (7 blocks of output channels)."""
+    M, N, K = 7 * 32 - 5, 96, 4096
+    x = (torch.randn(M, K) * K**-0.25).bfloat16()
+    w = (torch.randn(N, K) * K**-0.25).bfloat16()
+    b = torch.randn(N).bfloat16()
+    xc = _cl(torch.randn(2, 2048, 5, 7).bfloat16())
+    wc = (torch.randn(224, 2048, 1, 1) * 2048**-0.5).bfloat16()
+    results = {}
+    with torch.no_grad():
+        for setting in BLOCK_SETTINGS:
+            monkeypatch.setenv(BLOCKS_ENV, setting)
+            before = _launches()
+            results[setting] = (xkernels.fused_linear_relu(x, w, b), xkernels.conv2d_relu(xc, wc, b[:1].expand(224)))
+            assert _launches() >= before + 2, f"{setting}: the AMX GEMM did not run both"
+    first_lin, first_conv = results[BLOCK_SETTINGS[0]]
+    for setting, (lin, conv) in results.items():
+        assert_close(lin, oracle(x, w, b), torch.bfloat16, f"fused_linear_relu[amx, {setting}]", terms=K)
+        assert_close(
+            conv,
+            conv_oracle(xc, wc, b[:1].expand(224), relu=True),
+            torch.bfloat16,
+            f"conv2d[amx, {setting}]",
+            terms=2048,
+        )
+        assert torch.equal(lin, first_lin), setting
+        assert torch.equal(conv, first_conv), setting
+
+
+@pytest.mark.parametrize("value", ["b=0", "b=x", "order=c", "rows=2"])
+def test_a_bad_blocks_setting_names_the_variable(amx, monkeypatch, value):
+    monkeypatch.setenv(BLOCKS_ENV, value)
+    with pytest.raises(RuntimeError, match=BLOCKS_ENV):
+        xkernels.fused_linear_relu(torch.randn(32, 64).bfloat16(), torch.randn(32, 64).bfloat16())
+
+
 def test_a_3d_input_and_views(amx):
     """A [B, T, K] input, a transposed (non-contiguous) weight and an input view at an odd element offset (the
     packing kernel moves bf16 pairs as 32-bit words: such a view is copied first)."""

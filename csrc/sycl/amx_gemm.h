@@ -6,6 +6,8 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdint>
+#include <cstdlib>
+#include <string>
 
 #include "sycl/host_alloc.h"
 #include "sycl/launch.h"
@@ -22,6 +24,69 @@ inline std::atomic<int64_t>& amx_gemm_launch_count() {
 
 // Packed B rows per chunk of the GEMM's B blocks: half of a 2 MiB L2, beside the A slice that passes over them.
 inline constexpr int64_t kAmxChunkBytes = int64_t{1} << 20;
+
+// Work-group order and grouping of the plain GEMM (kernels/amx_gemm.hpp, amx_gemm_params: b_per_group, a_fastest).
+// Measured on the 2-core Intel Xeon (AVX-512 + AMX; docs/performance.md, "The AMX GEMM's work-group order"): four B
+// blocks per work-group instead of one made ten linear and 1x1 shapes 1.04-1.18x faster; A blocks fastest gained 5 %
+// on a linear with K = 1024 and M = 4096 and moved the other K >= 1024 shapes by -3..+1 %, while it lost up to 30 %
+// at short K (1x1 64 -> 256: the A slice of 16 * TN rows, 64 * K bytes, then fits L1 and B fastest reuses it).
+// 3x3 windows keep one B block per work-group and B fastest (not measured with more).
+struct AmxBlocks {
+  static constexpr int64_t kBPerGroup = 4;
+  static constexpr int64_t kAFastestFromK = 1024;
+  int64_t b_per_group = 1;
+  bool a_fastest = false;
+};
+
+// XKERNELS_AMX_GEMM_BLOCKS ("b=<n>,order=a|b", either part optional; for measuring and tests; every setting computes
+// the same bits): 0 / -1 where the rule decides. Read by the AMX routes before they queue any kernel (a bad value
+// raises while nothing runs that could outlive the call's temporaries).
+struct AmxBlocksSetting {
+  int64_t b_per_group = 0;
+  int order = -1;  // 1: A blocks fastest, 0: B sets fastest
+  static AmxBlocksSetting from_env() {
+    AmxBlocksSetting r;
+    const char* env = std::getenv("XKERNELS_AMX_GEMM_BLOCKS");
+    if (!env || !*env) return r;
+    const std::string spec(env);
+    size_t pos = 0;
+    while (pos <= spec.size()) {
+      const size_t end = std::min(spec.find(',', pos), spec.size());
+      const std::string item = spec.substr(pos, end - pos);
+      if (item.rfind("b=", 0) == 0) {
+        int64_t n = 0;
+        try {
+          n = std::stoll(item.substr(2));
+        } catch (...) {
+          n = 0;
+        }
+        TORCH_CHECK(n >= 1, "xkernels: XKERNELS_AMX_GEMM_BLOCKS: 'b' must be an integer >= 1, got '", item.substr(2),
+                    "'");
+        r.b_per_group = n;
+      } else if (item == "order=a" || item == "order=b") {
+        r.order = item == "order=a" ? 1 : 0;
+      } else {
+        TORCH_CHECK(false, "xkernels: XKERNELS_AMX_GEMM_BLOCKS: expected 'b=<n>' or 'order=a|b' items, got '", item,
+                    "' in '", spec, "'");
+      }
+      pos = end + 1;
+    }
+    return r;
+  }
+};
+
+// The rule above, or the setting where it names a value.
+inline AmxBlocks amx_blocks(int64_t K, int64_t b_groups, bool window, const AmxBlocksSetting& setting) {
+  AmxBlocks r;
+  if (!window) {
+    r.b_per_group = std::min(AmxBlocks::kBPerGroup, b_groups);
+    r.a_fastest = K >= AmxBlocks::kAFastestFromK;
+  }
+  if (setting.b_per_group > 0) r.b_per_group = std::min(setting.b_per_group, b_groups);
+  if (setting.order >= 0) r.a_fastest = setting.order == 1;
+  r.b_per_group = std::max<int64_t>(r.b_per_group, 1);
+  return r;
+}
 
 // x [rows, K] as amx_pack_rows needs it: unit stride along k, 4-byte aligned rows (the packing kernel moves bf16
 // pairs as 32-bit words), else a contiguous copy. The caller keeps the result alive until the packing is done.
@@ -60,16 +125,19 @@ struct AmxWindow {
 // WINDOW: k runs over the nine taps of `win` (K = 9 * A's columns); A is the padded input's first a_rows flat
 // pixels, readable a further win.max_shift() + 16 * TN rows.
 template <bool TRANS_OUT, int TN, int TM, bool WINDOW = false>
-void amx_gemm(Launcher& L, const at::Tensor& A, const at::Tensor& Bp, int64_t b_rows, const at::Tensor& bias,
-              const at::Tensor& res, bool relu, at::Tensor& out, int64_t ldo, int64_t out_offset = 0,
-              int64_t res_offset = 0, const AmxWindow& win = {}) {
+void amx_gemm(Launcher& L, const AmxBlocksSetting& setting, const at::Tensor& A, const at::Tensor& Bp, int64_t b_rows,
+              const at::Tensor& bias, const at::Tensor& res, bool relu, at::Tensor& out, int64_t ldo,
+              int64_t out_offset = 0, int64_t res_offset = 0, const AmxWindow& win = {}) {
   using T = xk::bf16;
   const int64_t a_rows = A.size(0), tap_k = A.size(1), K = tap_k * (WINDOW ? 9 : 1);
   TORCH_INTERNAL_ASSERT(A.stride(1) == 1 && tap_k % xk::AmxTile::kTileK == 0 && Bp.size(1) == K);
   const int64_t b_groups = ceil_div(b_rows, int64_t{16} * TM);
-  const int64_t groups = b_groups * ceil_div(a_rows, int64_t{16} * TN);
-  // B blocks per chunk: their packed rows (16*TM rows x K bf16) within kAmxChunkBytes.
-  const int64_t b_chunk = std::clamp<int64_t>(kAmxChunkBytes / (16 * TM * K * 2), 1, b_groups);
+  const AmxBlocks blocks = amx_blocks(K, b_groups, WINDOW, setting);
+  const int64_t b_sets = ceil_div(b_groups, blocks.b_per_group);
+  const int64_t groups = b_sets * ceil_div(a_rows, int64_t{16} * TN);
+  // B sets per chunk: their packed rows (b_per_group x 16*TM rows x K bf16) within kAmxChunkBytes.
+  const int64_t b_chunk =
+      std::clamp<int64_t>(kAmxChunkBytes / (blocks.b_per_group * 16 * TM * K * 2), 1, std::max<int64_t>(b_sets, 1));
   amx_gemm_launch_count().fetch_add(1, std::memory_order_relaxed);
   L.launch<xk::amx_gemm<TRANS_OUT, TN, TM, WINDOW>, T>(
       sycl::nd_range<1>(sycl::range<1>(groups * 16), sycl::range<1>(16)),
@@ -84,7 +152,9 @@ void amx_gemm(Launcher& L, const at::Tensor& A, const at::Tensor& Bp, int64_t b_
        .b_rows = b_rows,
        .K = K,
        .b_groups = b_groups,
+       .b_per_group = blocks.b_per_group,
        .b_chunk = b_chunk,
+       .a_fastest = blocks.a_fastest ? 1 : 0,
        .relu = relu ? 1 : 0,
        .tap_k = tap_k,
        .row_shift = win.row_shift,

@@ -648,6 +648,7 @@ void amx_conv2d(Launcher& L, const Conv2dProblem& p, const at::Tensor& x, const 
                 const at::Tensor& bias, const at::Tensor& residual, bool relu, at::Tensor& out) {
   constexpr int TN = 2, TM = 2;
   const int64_t C = p.C, O = p.O;
+  const AmxBlocksSetting setting = AmxBlocksSetting::from_env();  // before any kernel is queued
   if (p.KH * p.KW == 1) {
     const int64_t P = p.N * p.H * p.W;
     const at::Tensor A = x.permute({0, 2, 3, 1}).reshape({P, C});  // NHWC memory: a view
@@ -656,12 +657,13 @@ void amx_conv2d(Launcher& L, const Conv2dProblem& p, const at::Tensor& x, const 
     // Whole blocks of 16*TN pixels straight from the input; the last few from a zero-padded copy (the kernel
     // reads A up to a whole block).
     const int64_t main = P / (16 * TN) * (16 * TN);
-    if (main > 0) amx_gemm<false, TN, TM>(L, A.narrow(0, 0, main), wp, O, bias, residual, relu, out, O);
+    if (main > 0) amx_gemm<false, TN, TM>(L, setting, A.narrow(0, 0, main), wp, O, bias, residual, relu, out, O);
     at::Tensor tail;
     if (P > main) {
       tail = empty({16 * TN, C}, x.options()).zero_();
       tail.narrow(0, 0, P - main).copy_(A.narrow(0, main, P - main));
-      amx_gemm<false, TN, TM>(L, tail.narrow(0, 0, P - main), wp, O, bias, residual, relu, out, O, main * O, main * O);
+      amx_gemm<false, TN, TM>(L, setting, tail.narrow(0, 0, P - main), wp, O, bias, residual, relu, out, O, main * O,
+                              main * O);
     }
     L.finish(out);  // wr, wp and tail die here
     return;
@@ -681,7 +683,7 @@ void amx_conv2d(Launcher& L, const Conv2dProblem& p, const at::Tensor& x, const 
   // The weight as [O, KH * KW * C]: k = tap * C + c, the order of the taps' shifts.
   const at::Tensor wt = weight.permute({0, 2, 3, 1}).contiguous().view({O, p.KH * p.KW * C});
   const at::Tensor wp = amx_pack_rows(L, wt);
-  amx_gemm<false, TN, TM, true>(L, xpad.narrow(0, 0, flat), wp, O, bias, residual, relu, out, O, 0, 0, win);
+  amx_gemm<false, TN, TM, true>(L, setting, xpad.narrow(0, 0, flat), wp, O, bias, residual, relu, out, O, 0, 0, win);
   L.finish(out);  // xpad, wt and wp die here
 }
 

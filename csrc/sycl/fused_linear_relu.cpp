@@ -66,11 +66,12 @@ bool amx_applies(const DeviceTraits& t, at::ScalarType dtype, int64_t out_featur
 void amx_forward(Launcher& L, const at::Tensor& x, const at::Tensor& w, const at::Tensor& bias, at::Tensor& out) {
   const int64_t M = x.size(0), N = w.size(0);
   // X packed (amx_pack_rows), W read as stored: out^T = W x X^T (kernels/amx_gemm.hpp, TRANS_OUT).
+  const AmxBlocksSetting setting = AmxBlocksSetting::from_env();  // before any kernel is queued
   const at::Tensor xr = amx_packable_rows(x);
   const at::Tensor xp = amx_pack_rows(L, xr);
   auto run = [&](auto TM_) {
     constexpr int TM = decltype(TM_)::value;
-    amx_gemm<true, 2, TM>(L, w, xp, M, bias, at::Tensor(), /*relu=*/true, out, N);
+    amx_gemm<true, 2, TM>(L, setting, w, xp, M, bias, at::Tensor(), /*relu=*/true, out, N);
   };
   M > 16 ? run(std::integral_constant<int, 2>{}) : run(std::integral_constant<int, 1>{});
   L.finish(out);  // xr and xp die here

@@ -38,10 +38,15 @@ namespace xk {
 // Work decomposition: a work-group is one sub-group of 16 lanes; it owns TN x TM accumulator tiles of 16 x 16
 // (rows: A rows a, columns: B rows b), i.e. 16*TN A rows x 16*TM B rows. AMX has 8 tile registers:
 // TN*TM accumulators + TN A tiles + TM B tiles <= 8 for (2, 2) and (2, 1).
-// Order of the work-groups: the B row blocks come in chunks of b_chunk blocks, whose packed rows fit in the L2
-// cache (the host sizes it); within a chunk, consecutive work-groups take consecutive B blocks of the same A
-// block, so an A slice (16*TN rows) is read from memory once per chunk and the chunk's packed B rows stay in L2
-// while every A block passes over them.
+// A work-group computes b_per_group consecutive B blocks of its A block, one after the other (the A slice is read
+// again right after itself, from L1/L2). Order of the work-groups, over (A block, set of b_per_group B blocks):
+//  * B sets fastest (a_fastest = 0): the B sets come in chunks of b_chunk sets whose packed rows fit in the L2 cache
+//    (the host sizes it); within a chunk, consecutive work-groups take consecutive B sets of the same A block, so an
+//    A slice (16*TN rows) is read from memory once per chunk and the chunk's packed B rows stay in L2 while every A
+//    block passes over them;
+//  * A blocks fastest (a_fastest = 1): consecutive work-groups take consecutive A blocks of the same B set, whose
+//    packed rows stay in cache while A streams past (long K, where an A slice outgrows L1).
+// Every output element is the same sum in the same order whichever the order and grouping (the K loop is the same).
 struct AmxTile {
   static constexpr int kSubGroup = 16;
   static constexpr int kTileK = 32;  // k of a tile (bf16 pairs: 16)
@@ -60,7 +65,9 @@ struct amx_gemm_params {
   int64_t ldo;
   int64_t a_rows, b_rows, K;  // valid rows of A and B; K % 32 == 0
   int64_t b_groups;           // ceil(b_rows / (16 * TM)) B blocks
-  int64_t b_chunk;            // B blocks per chunk (above)
+  int64_t b_per_group;        // B blocks per work-group (>= 1; the last set may be shorter)
+  int64_t b_chunk;            // B sets per chunk (above; a_fastest = 0)
+  int32_t a_fastest;          // work-group order (above)
   int32_t relu;
   // 3x3 convolution windows (conv2d, stride 1): K = 9 * tap_k, and the k of tap t read A shift(t) rows further on:
   // A is the zero-padded input [N * Hp * Wp (+ slack), C] and a is the flat padded pixel of the window's corner.
@@ -123,74 +130,87 @@ void amx_gemm<TRANS_OUT, TN, TM, WINDOW>::run(item_arg<1> ia, const params<T>& p
   const auto sg = it.get_sub_group();
   const int64_t g = static_cast<int64_t>(it.get_group(0));
   const int64_t a_groups = (p.a_rows + 16 * TN - 1) / (16 * TN);
-  const int64_t chunk = g / (p.b_chunk * a_groups), rem = g % (p.b_chunk * a_groups);
-  const int64_t first = chunk * p.b_chunk;
-  const int64_t in_chunk = p.b_groups - first < p.b_chunk ? p.b_groups - first : p.b_chunk;  // the last is shorter
-  const int64_t b0 = (first + rem % in_chunk) * (16 * TM), a0 = (rem / in_chunk) * (16 * TN);
+  const int64_t b_sets = (p.b_groups + p.b_per_group - 1) / p.b_per_group;
+  int64_t set, a0;
+  if (p.a_fastest) {
+    set = g / a_groups;
+    a0 = (g % a_groups) * (16 * TN);
+  } else {
+    const int64_t chunk = g / (p.b_chunk * a_groups), rem = g % (p.b_chunk * a_groups);
+    const int64_t first = chunk * p.b_chunk;
+    const int64_t in_chunk = b_sets - first < p.b_chunk ? b_sets - first : p.b_chunk;  // the last is shorter
+    set = first + rem % in_chunk;
+    a0 = (rem / in_chunk) * (16 * TN);
+  }
   const int64_t K = p.K;
   const bfx* a_ptr = reinterpret_cast<const bfx*>(p.A);
   const bfx* b_ptr = reinterpret_cast<const bfx*>(p.Bp);
   auto global = [](const bfx* q) { return sycl::address_space_cast<address_space::global_space, decorated::no>(q); };
 
-  jm::joint_matrix<sycl::sub_group, float, jm::use::accumulator, 16, 16> c[TN][TM];
-  XK_UNROLL for (int i = 0; i < TN; ++i) XK_UNROLL for (int j = 0; j < TM; ++j)
-      jm::joint_matrix_fill(sg, c[i][j], 0.0f);
-  auto step = [&](const bfx* a_at, int64_t k0) {  // one 32-k step: A tiles at a_at (row a0, this step's k)
-    jm::joint_matrix<sycl::sub_group, bfx, jm::use::a, 16, 32, jm::layout::row_major> a[TN];
-    jm::joint_matrix<sycl::sub_group, bfx, jm::use::b, 32, 16, jm::layout::ext_intel_packed> b[TM];
-    XK_UNROLL for (int i = 0; i < TN; ++i) jm::joint_matrix_load(sg, a[i], global(a_at + 16 * i * p.lda), p.lda);
-    // B tile j: row block b0/16 + j, k pairs k0/2 .. k0/2 + 15: 16 x 32 contiguous elements.
-    XK_UNROLL for (int j = 0; j < TM; ++j)
-        jm::joint_matrix_load(sg, b[j], global(b_ptr + ((b0 / 16 + j) * (K / 2) + k0 / 2) * 32), 32);
+  const int64_t b_end = (set + 1) * p.b_per_group < p.b_groups ? (set + 1) * p.b_per_group : p.b_groups;
+  for (int64_t bg = set * p.b_per_group; bg < b_end; ++bg) {
+    const int64_t b0 = bg * (16 * TM);
+    jm::joint_matrix<sycl::sub_group, float, jm::use::accumulator, 16, 16> c[TN][TM];
     XK_UNROLL for (int i = 0; i < TN; ++i) XK_UNROLL for (int j = 0; j < TM; ++j)
-        jm::joint_matrix_mad(sg, c[i][j], a[i], b[j], c[i][j]);
-  };
-  if constexpr (WINDOW) {
-    // The 3x3 taps unrolled: nine plain k loops one after the other (a tap loop with a run-time count kept the
-    // accumulators in memory: tileloadd / tdpbf16ps / tilestored per step).
-    XK_UNROLL for (int t = 0; t < 9; ++t) {
-      const bfx* a_tap = a_ptr + (a0 + (t / 3) * p.row_shift + (t % 3) * p.col_shift) * p.lda;
-      for (int64_t c0 = 0; c0 < p.tap_k; c0 += AmxTile::kTileK) step(a_tap + c0, t * p.tap_k + c0);
-    }
-  } else {
-    for (int64_t k0 = 0; k0 < K; k0 += AmxTile::kTileK) step(a_ptr + a0 * p.lda + k0, k0);
-  }
-  // Epilogue: the tiles go to local memory row-major (a column-major store measured 3-4x slower for the whole
-  // kernel at K = 768), then each lane writes one channel of a contiguous output row segment.
-  float* cl = &scratch.c[0][0];
-  XK_UNROLL for (int i = 0; i < TN; ++i) XK_UNROLL for (int j = 0; j < TM; ++j) jm::joint_matrix_store(
-      sg, c[i][j],
-      sycl::address_space_cast<address_space::local_space, decorated::no>(cl + (16 * i) * (16 * TM) + 16 * j), 16 * TM,
-      jm::layout::row_major);
-  sycl::group_barrier(sg);
-  const int64_t l = static_cast<int64_t>(sg.get_local_linear_id());
-  const int64_t a_valid = p.a_rows - a0 < 16 * TN ? p.a_rows - a0 : 16 * TN;
-  const int64_t b_valid = p.b_rows - b0 < 16 * TM ? p.b_rows - b0 : 16 * TM;
-  auto finish = [&](float v, int64_t channel, int64_t at) {
-    if (p.bias) v = v + load(p.bias, channel);
-    if (p.res) v = v + load(p.res, at);
-    if (p.relu) v = v < 0.0f ? 0.0f : v;  // NaN propagates, as torch.relu
-    store(p.out, at, v);
-  };
-  if constexpr (TRANS_OUT) {  // out[b][a]: lane l takes A row 16 i + l (a channel) of every valid B row
-    XK_UNROLL for (int i = 0; i < TN; ++i) {
-      const int64_t a = a0 + 16 * i + l;
-      if (16 * i + l >= a_valid) continue;
-      for (int64_t r = 0; r < b_valid; ++r) finish(scratch.c[16 * i + l][r], a, (b0 + r) * p.ldo + a);
-    }
-  } else {  // out[a][b]: lane l takes B row 16 j + l (a channel) of every valid A row
-    for (int64_t r = 0; r < a_valid; ++r) {
-      int64_t row = a0 + r;
-      if (p.img) {  // a padded pixel: stored where it is an output pixel
-        const int64_t n = row / p.img, y = (row % p.img) / p.wp, x = row % p.wp;
-        if (y >= p.oh || x >= p.ow) continue;
-        row = (n * p.oh + y) * p.ow + x;
+        jm::joint_matrix_fill(sg, c[i][j], 0.0f);
+    auto step = [&](const bfx* a_at, int64_t k0) {  // one 32-k step: A tiles at a_at (row a0, this step's k)
+      jm::joint_matrix<sycl::sub_group, bfx, jm::use::a, 16, 32, jm::layout::row_major> a[TN];
+      jm::joint_matrix<sycl::sub_group, bfx, jm::use::b, 32, 16, jm::layout::ext_intel_packed> b[TM];
+      XK_UNROLL for (int i = 0; i < TN; ++i) jm::joint_matrix_load(sg, a[i], global(a_at + 16 * i * p.lda), p.lda);
+      // B tile j: row block b0/16 + j, k pairs k0/2 .. k0/2 + 15: 16 x 32 contiguous elements.
+      XK_UNROLL for (int j = 0; j < TM; ++j)
+          jm::joint_matrix_load(sg, b[j], global(b_ptr + ((b0 / 16 + j) * (K / 2) + k0 / 2) * 32), 32);
+      XK_UNROLL for (int i = 0; i < TN; ++i) XK_UNROLL for (int j = 0; j < TM; ++j)
+          jm::joint_matrix_mad(sg, c[i][j], a[i], b[j], c[i][j]);
+    };
+    if constexpr (WINDOW) {
+      // The 3x3 taps unrolled: nine plain k loops one after the other (a tap loop with a run-time count kept the
+      // accumulators in memory: tileloadd / tdpbf16ps / tilestored per step).
+      XK_UNROLL for (int t = 0; t < 9; ++t) {
+        const bfx* a_tap = a_ptr + (a0 + (t / 3) * p.row_shift + (t % 3) * p.col_shift) * p.lda;
+        for (int64_t c0 = 0; c0 < p.tap_k; c0 += AmxTile::kTileK) step(a_tap + c0, t * p.tap_k + c0);
       }
-      XK_UNROLL for (int j = 0; j < TM; ++j) {
-        const int64_t b = b0 + 16 * j + l;
-        if (16 * j + l < b_valid) finish(scratch.c[r][16 * j + l], b, row * p.ldo + b);
+    } else {
+      for (int64_t k0 = 0; k0 < K; k0 += AmxTile::kTileK) step(a_ptr + a0 * p.lda + k0, k0);
+    }
+    // Epilogue: the tiles go to local memory row-major (a column-major store measured 3-4x slower for the whole
+    // kernel at K = 768), then each lane writes one channel of a contiguous output row segment.
+    float* cl = &scratch.c[0][0];
+    XK_UNROLL for (int i = 0; i < TN; ++i) XK_UNROLL for (int j = 0; j < TM; ++j) jm::joint_matrix_store(
+        sg, c[i][j],
+        sycl::address_space_cast<address_space::local_space, decorated::no>(cl + (16 * i) * (16 * TM) + 16 * j),
+        16 * TM, jm::layout::row_major);
+    sycl::group_barrier(sg);
+    const int64_t l = static_cast<int64_t>(sg.get_local_linear_id());
+    const int64_t a_valid = p.a_rows - a0 < 16 * TN ? p.a_rows - a0 : 16 * TN;
+    const int64_t b_valid = p.b_rows - b0 < 16 * TM ? p.b_rows - b0 : 16 * TM;
+    auto finish = [&](float v, int64_t channel, int64_t at) {
+      if (p.bias) v = v + load(p.bias, channel);
+      if (p.res) v = v + load(p.res, at);
+      if (p.relu) v = v < 0.0f ? 0.0f : v;  // NaN propagates, as torch.relu
+      store(p.out, at, v);
+    };
+    if constexpr (TRANS_OUT) {  // out[b][a]: lane l takes A row 16 i + l (a channel) of every valid B row
+      XK_UNROLL for (int i = 0; i < TN; ++i) {
+        const int64_t a = a0 + 16 * i + l;
+        if (16 * i + l >= a_valid) continue;
+        for (int64_t r = 0; r < b_valid; ++r) finish(scratch.c[16 * i + l][r], a, (b0 + r) * p.ldo + a);
+      }
+    } else {  // out[a][b]: lane l takes B row 16 j + l (a channel) of every valid A row
+      for (int64_t r = 0; r < a_valid; ++r) {
+        int64_t row = a0 + r;
+        if (p.img) {  // a padded pixel: stored where it is an output pixel
+          const int64_t n = row / p.img, y = (row % p.img) / p.wp, x = row % p.wp;
+          if (y >= p.oh || x >= p.ow) continue;
+          row = (n * p.oh + y) * p.ow + x;
+        }
+        XK_UNROLL for (int j = 0; j < TM; ++j) {
+          const int64_t b = b0 + 16 * j + l;
+          if (16 * j + l < b_valid) finish(scratch.c[r][16 * j + l], b, row * p.ldo + b);
+        }
       }
     }
+    sycl::group_barrier(sg);  // every lane done with the scratch before the next block stores to it
   }
 #else
   (void)ia, (void)p, (void)scratch;
