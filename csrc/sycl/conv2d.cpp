@@ -649,23 +649,26 @@ void amx_conv2d(Launcher& L, const Conv2dProblem& p, const at::Tensor& x, const 
   constexpr int TN = 2, TM = 2;
   const int64_t C = p.C, O = p.O;
   const AmxBlocksSetting setting = AmxBlocksSetting::from_env();  // before any kernel is queued
+  // The temporaries are declared outside the launches: they outlive the kernels, also when a launch throws
+  // (launch_then_finish drains the queue before they are freed).
+  at::Tensor wr, wp, tail, xpad, wt;
   if (p.KH * p.KW == 1) {
     const int64_t P = p.N * p.H * p.W;
     const at::Tensor A = x.permute({0, 2, 3, 1}).reshape({P, C});  // NHWC memory: a view
-    const at::Tensor wr = amx_packable_rows(weight.reshape({O, C}));
-    const at::Tensor wp = amx_pack_rows(L, wr);
-    // Whole blocks of 16*TN pixels straight from the input; the last few from a zero-padded copy (the kernel
-    // reads A up to a whole block).
-    const int64_t main = P / (16 * TN) * (16 * TN);
-    if (main > 0) amx_gemm<false, TN, TM>(L, setting, A.narrow(0, 0, main), wp, O, bias, residual, relu, out, O);
-    at::Tensor tail;
-    if (P > main) {
-      tail = empty({16 * TN, C}, x.options()).zero_();
-      tail.narrow(0, 0, P - main).copy_(A.narrow(0, main, P - main));
-      amx_gemm<false, TN, TM>(L, setting, tail.narrow(0, 0, P - main), wp, O, bias, residual, relu, out, O, main * O,
-                              main * O);
-    }
-    L.finish(out);  // wr, wp and tail die here
+    L.launch_then_finish(out, [&] {
+      wr = amx_packable_rows(weight.reshape({O, C}));
+      wp = amx_pack_rows(L, wr);
+      // Whole blocks of 16*TN pixels straight from the input; the last few from a zero-padded copy (the kernel
+      // reads A up to a whole block).
+      const int64_t main = P / (16 * TN) * (16 * TN);
+      if (main > 0) amx_gemm<false, TN, TM>(L, setting, A.narrow(0, 0, main), wp, O, bias, residual, relu, out, O);
+      if (P > main) {
+        tail = empty({16 * TN, C}, x.options()).zero_();
+        tail.narrow(0, 0, P - main).copy_(A.narrow(0, main, P - main));
+        amx_gemm<false, TN, TM>(L, setting, tail.narrow(0, 0, P - main), wp, O, bias, residual, relu, out, O, main * O,
+                                main * O);
+      }
+    });
     return;
   }
   const int64_t Hp = p.H + 2 * p.padding[0], Wp = p.W + 2 * p.padding[1];
@@ -674,17 +677,18 @@ void amx_conv2d(Launcher& L, const Conv2dProblem& p, const at::Tensor& x, const 
   win.img = Hp * Wp, win.wp = Wp, win.oh = p.OH, win.ow = p.OW;
   const int64_t flat = p.N * win.img;
   // The padded input, with slack rows: the kernel reads up to a whole block of 16*TN rows plus the largest shift.
-  at::Tensor xpad = empty({ceil_div(flat, 16 * TN) * (16 * TN) + win.max_shift(), C}, x.options()).zero_();
+  xpad = empty({ceil_div(flat, 16 * TN) * (16 * TN) + win.max_shift(), C}, x.options()).zero_();
   xpad.narrow(0, 0, flat)
       .view({p.N, Hp, Wp, C})
       .narrow(1, p.padding[0], p.H)
       .narrow(2, p.padding[1], p.W)
       .copy_(x.permute({0, 2, 3, 1}));
   // The weight as [O, KH * KW * C]: k = tap * C + c, the order of the taps' shifts.
-  const at::Tensor wt = weight.permute({0, 2, 3, 1}).contiguous().view({O, p.KH * p.KW * C});
-  const at::Tensor wp = amx_pack_rows(L, wt);
-  amx_gemm<false, TN, TM, true>(L, setting, xpad.narrow(0, 0, flat), wp, O, bias, residual, relu, out, O, 0, 0, win);
-  L.finish(out);  // xpad, wt and wp die here
+  wt = weight.permute({0, 2, 3, 1}).contiguous().view({O, p.KH * p.KW * C});
+  L.launch_then_finish(out, [&] {
+    wp = amx_pack_rows(L, wt);
+    amx_gemm<false, TN, TM, true>(L, setting, xpad.narrow(0, 0, flat), wp, O, bias, residual, relu, out, O, 0, 0, win);
+  });
 }
 
 // 1x1, unpadded, one-group convolutions of a dense channels_last tensor on a device that runs the CPU GEMM kernels:

@@ -67,14 +67,16 @@ void amx_forward(Launcher& L, const at::Tensor& x, const at::Tensor& w, const at
   const int64_t M = x.size(0), N = w.size(0);
   // X packed (amx_pack_rows), W read as stored: out^T = W x X^T (kernels/amx_gemm.hpp, TRANS_OUT).
   const AmxBlocksSetting setting = AmxBlocksSetting::from_env();  // before any kernel is queued
-  const at::Tensor xr = amx_packable_rows(x);
-  const at::Tensor xp = amx_pack_rows(L, xr);
+  at::Tensor xr, xp;  // declared outside the launch: they outlive the kernels, also when a launch throws
   auto run = [&](auto TM_) {
     constexpr int TM = decltype(TM_)::value;
     amx_gemm<true, 2, TM>(L, setting, w, xp, M, bias, at::Tensor(), /*relu=*/true, out, N);
   };
-  M > 16 ? run(std::integral_constant<int, 2>{}) : run(std::integral_constant<int, 1>{});
-  L.finish(out);  // xr and xp die here
+  L.launch_then_finish(out, [&] {
+    xr = amx_packable_rows(x);
+    xp = amx_pack_rows(L, xr);
+    M > 16 ? run(std::integral_constant<int, 2>{}) : run(std::integral_constant<int, 1>{});
+  });
 }
 
 at::Tensor forward(Launcher L, const at::Tensor& input, const at::Tensor& weight, const at::Tensor& bias,
