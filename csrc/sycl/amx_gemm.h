@@ -6,7 +6,6 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdint>
-#include <cstdlib>
 #include <string>
 
 #include "sycl/host_alloc.h"
@@ -45,32 +44,18 @@ struct AmxBlocksSetting {
   int64_t b_per_group = 0;
   int order = -1;  // 1: A blocks fastest, 0: B sets fastest
   static AmxBlocksSetting from_env() {
+    constexpr const char* kEnv = "XKERNELS_AMX_GEMM_BLOCKS";
     AmxBlocksSetting r;
-    const char* env = std::getenv("XKERNELS_AMX_GEMM_BLOCKS");
-    if (!env || !*env) return r;
-    const std::string spec(env);
-    size_t pos = 0;
-    while (pos <= spec.size()) {
-      const size_t end = std::min(spec.find(',', pos), spec.size());
-      const std::string item = spec.substr(pos, end - pos);
-      if (item.rfind("b=", 0) == 0) {
-        int64_t n = 0;
-        try {
-          n = std::stoll(item.substr(2));
-        } catch (...) {
-          n = 0;
-        }
-        TORCH_CHECK(n >= 1, "xkernels: XKERNELS_AMX_GEMM_BLOCKS: 'b' must be an integer >= 1, got '", item.substr(2),
-                    "'");
+    for_each_env_item(kEnv, [&](const std::string& key, const std::string& val) {
+      int64_t n = 0;
+      const bool ok = key == "b" ? parse_env_int(val, &n) && n >= 1 : key == "order" && (val == "a" || val == "b");
+      TORCH_CHECK(ok, "xkernels: ", kEnv, " must be 'b=<n >= 1>,order=a|b' (either part optional), got '",
+                  std::getenv(kEnv), "'");
+      if (key == "b")
         r.b_per_group = n;
-      } else if (item == "order=a" || item == "order=b") {
-        r.order = item == "order=a" ? 1 : 0;
-      } else {
-        TORCH_CHECK(false, "xkernels: XKERNELS_AMX_GEMM_BLOCKS: expected 'b=<n>' or 'order=a|b' items, got '", item,
-                    "' in '", spec, "'");
-      }
-      pos = end + 1;
-    }
+      else
+        r.order = val == "a" ? 1 : 0;
+    });
     return r;
   }
 };

@@ -237,24 +237,14 @@ Conv2dTiling choose_tiling(const DeviceTraits& t, int64_t steps, int64_t pixel_t
 }
 
 void apply_tiling_override(Conv2dTiling& t) {
-  const char* env = std::getenv(kTilingEnv);
-  if (env == nullptr || *env == 0) return;
-  const std::string v(env);
-  size_t pos = 0;
-  while (pos < v.size()) {
-    const size_t end = std::min(v.find(',', pos), v.size());
-    const std::string item = v.substr(pos, end - pos);
-    const size_t eq = item.find('=');
-    const std::string key = eq == std::string::npos ? item : item.substr(0, eq);
-    const std::string val = eq == std::string::npos ? "" : item.substr(eq + 1);
-    char* stop = nullptr;
-    const long long n = std::strtoll(val.c_str(), &stop, 10);
-    XK_CHECK_VALUE((key == "tiles" || key == "kblock") && !val.empty() && *stop == 0 && n >= (key == "tiles" ? 1 : 0),
+  for_each_env_item(kTilingEnv, [&](const std::string& key, const std::string& val) {
+    int64_t n = 0;
+    XK_CHECK_VALUE((key == "tiles" || key == "kblock") && parse_env_int(val, &n) && n >= (key == "tiles" ? 1 : 0),
                    "conv2d", "environment variable ", kTilingEnv,
-                   " must be 'tiles=<n >= 1>,kblock=<n >= 0>' (either part optional), got '", env, "'");
+                   " must be 'tiles=<n >= 1>,kblock=<n >= 0>' (either part optional), got '", std::getenv(kTilingEnv),
+                   "'");
     (key == "tiles" ? t.tiles_per_group : t.kblock) = n;
-    pos = end + 1;
-  }
+  });
 }
 
 // The destination-pixel GEMM: forward (src = input, dst = output, bias fused) or grad_input

@@ -11,8 +11,11 @@
 #pragma once
 #include <ATen/core/Tensor.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cstdint>
+#include <cstdlib>
 #include <string>
 
 #include "sycl/kernel_table.h"
@@ -63,6 +66,35 @@ const T* cptr_or_null(const at::Tensor& t) {
   })
 
 namespace xkernels::sycl_backend {
+
+// The measuring switches (environment variables read at every call: XKERNELS_CONV2D_TILING,
+// XKERNELS_AMX_GEMM_BLOCKS): comma-separated items "key=value", each passed to f(key, value) (value empty where the
+// item has no '='). The caller checks them and raises with its own message.
+template <typename F>
+void for_each_env_item(const char* var, F&& f) {
+  const char* env = std::getenv(var);
+  if (env == nullptr || *env == 0) return;
+  const std::string v(env);
+  size_t pos = 0;
+  while (pos < v.size()) {
+    const size_t end = std::min(v.find(',', pos), v.size());
+    const std::string item = v.substr(pos, end - pos);
+    const size_t eq = item.find('=');
+    f(eq == std::string::npos ? item : item.substr(0, eq),
+      eq == std::string::npos ? std::string() : item.substr(eq + 1));
+    pos = end + 1;
+  }
+}
+
+// `s` as a whole decimal integer into *out (false where it is empty or has anything after the digits).
+inline bool parse_env_int(const std::string& s, int64_t* out) {
+  if (s.empty()) return false;
+  char* stop = nullptr;
+  const long long n = std::strtoll(s.c_str(), &stop, 10);
+  if (*stop != 0) return false;
+  *out = n;
+  return true;
+}
 
 // The kernel profiler (a development tool, off by default; _C.sycl.kernel_profile*): while on, every launch waits
 // for its kernel and adds the wall time from submission to completion to the kernel's row. The waits serialise
