@@ -488,6 +488,15 @@ MUTANTS: list[Mutant] = [
         "SYCL bf16 GEMM on AMX: the last B block of a short last set skipped (killed only on a CPU with AMX)",
     ),
     M(
+        "sycl-host-release-no-drain",
+        "csrc/sycl/launch_checking.cpp",
+        "  if (!w.queued) return;\n  w.queued = false;",
+        "  if (w.queued) return;\n  w.queued = false;",
+        "tests/test_launch_faults.py",
+        "SYCL CPU tensors: a host block released during an error part way through an op no longer waits for the "
+        "kernels still queued (they write into freed or reused memory)",
+    ),
+    M(
         "sycl-amx-window-tap-column",
         "csrc/sycl/kernels/amx_gemm.hpp",
         "(t / 3) * p.row_shift + (t % 3) * p.col_shift",

@@ -9,9 +9,11 @@
 
 #include <cstdint>
 #include <cstdlib>
+#include <iterator>
 #include <map>
 #include <mutex>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace xkernels::sycl_backend {
@@ -41,7 +43,8 @@ class Pool {
  public:
   Pool() : limit_(limit_from_env()) {}
 
-  // A cached block of `size` (or up to 25 % larger), or nullptr.
+  // A cached block of `size` (or up to 25 % larger), or nullptr. Of several blocks of the size found, the one
+  // released last (equal keys keep their insertion order): the likeliest to be still in the caches and the TLB.
   void* take(size_t size, size_t* got) {
     std::lock_guard<std::mutex> lock(mu_);
     auto it = free_.lower_bound(size);
@@ -49,6 +52,7 @@ class Pool {
       ++misses_;
       return nullptr;
     }
+    it = std::prev(free_.upper_bound(it->first));
     ++hits_;
     *got = it->first;
     void* p = it->second.ptr;
@@ -128,14 +132,30 @@ Pool& pool() {
 
 void release(void* ctx) {
   auto* b = static_cast<Block*>(ctx);
+  drain_host_work();  // no queued kernel may still use the block (host_alloc.h)
+  note_host_release();
   pool().give(b->ptr, b->size);
   delete b;
+}
+
+// A block of torch's CPU allocator (small requests, or caching off), released through drain_host_work.
+struct TorchBlock {
+  c10::DataPtr inner;
+};
+void release_torch_block(void* ctx) {
+  drain_host_work();
+  delete static_cast<TorchBlock*>(ctx);
 }
 
 class CachingHostAllocator final : public c10::Allocator {
  public:
   c10::DataPtr allocate(size_t n) override {
-    if (n < kMinBytes || pool().limit() == 0) return c10::GetCPUAllocator()->allocate(n);
+    if (n < kMinBytes || pool().limit() == 0) {
+      c10::DataPtr d = c10::GetCPUAllocator()->allocate(n);
+      if (n == 0) return d;  // nothing a kernel could write
+      void* data = d.get();
+      return {data, new TorchBlock{std::move(d)}, &release_torch_block, c10::Device(c10::kCPU)};
+    }
     const size_t want = (n + kGranule - 1) / kGranule * kGranule;
     size_t size = want;
     void* p = pool().take(want, &size);

@@ -7,14 +7,16 @@
 //
 // Policy: requests of at least 1 MiB are rounded up to 2 MiB multiples, allocated 2 MiB-aligned and marked
 // MADV_HUGEPAGE (first touch then faults 2 MiB at a time where transparent huge pages are enabled), and on
-// release kept in a pool for the next request of that size (or up to 25 % smaller), up to a bound:
-// XKERNELS_HOST_CACHE_MB (default 512; 0 turns caching off; read when the allocator is first used). When a
-// released block does not fit, the least recently released blocks are freed to make room. Smaller requests
-// go to torch's default CPU allocator. Tensors made this
-// way are ordinary CPU tensors (resizable; their storage's allocator is this one).
+// release kept in a pool for the next request of that size (or up to 25 % smaller; of equal blocks, the one
+// released last), up to a bound: XKERNELS_HOST_CACHE_MB (default 512; 0 turns caching off; read when the
+// allocator is first used). When a released block does not fit, the least recently released blocks are freed to
+// make room. Smaller requests go to torch's default CPU allocator. Tensors made this way are ordinary CPU tensors
+// (resizable; their storage's allocator is this one).
 //
-// Safe to reuse at release: for CPU tensors every SYCL op waits for its kernels before returning, so no
-// kernel still reads or writes a block when its tensor dies.
+// Safe to reuse at release: for CPU tensors every SYCL op waits for its kernels before returning, and a block
+// released while this thread still has kernels queued (an error part way through an op) first waits for them
+// (drain_host_work), so no kernel still reads or writes a block when its tensor dies. That holds for every size:
+// requests below 1 MiB, served by torch's allocator, are released through the same wait.
 #pragma once
 #include <ATen/core/Tensor.h>
 #include <c10/core/Allocator.h>
@@ -37,6 +39,14 @@ struct HostCacheStats {
   size_t misses = 0;        // requests that allocated new memory
 };
 HostCacheStats host_cache_stats();
+// Waits for the kernels this thread queued on the CPU device and has not waited for (launch.h PendingHostWork);
+// errors are dropped (the caller is releasing memory, maybe while unwinding from the first error). Every block
+// this allocator hands out calls it before it is released. Defined in launch_checking.cpp.
+void drain_host_work() noexcept;
+// Launch checking (launch.h): counts a release of host memory made while this thread still has pending host work.
+// Called by every host block's release, after its drain_host_work; cheap while checking is off.
+void note_host_release() noexcept;
+
 // Frees every cached block (blocks in use are unaffected and are freed or cached when released).
 void host_cache_clear();
 

@@ -18,6 +18,7 @@
 #include <cstdlib>
 #include <string>
 
+#include "sycl/host_alloc.h"
 #include "sycl/kernel_table.h"
 #include "sycl/runtime.h"
 #include "xkernels/dispatch.h"
@@ -106,15 +107,51 @@ inline std::atomic<bool>& kernel_profiling_flag() {
 inline bool kernel_profiling_on() { return kernel_profiling_flag().load(std::memory_order_relaxed); }
 void record_kernel_time(const std::string& label, std::chrono::steady_clock::duration d);  // queues.cpp
 
+// Kernels queued on the CPU device's in-order queue by this thread and not yet waited for: the last one's event.
+// The host wrappers wait once, at the end of a route; should anything throw before that wait (a kernel build
+// failure, an allocation failure, a check between two launches), the unwinding releases the route's temporaries and
+// outputs while queued kernels may still read or write them. So every host block of the SYCL backend's own
+// allocations (host_alloc.h `empty`) waits for this work before it is released (drain_host_work): no kernel ever
+// writes into freed memory, or into a block the caching allocator has handed to the next call. On the normal path
+// nothing is pending when temporaries die (the routes wait first), and device queues (XPU, CUDA) are not tracked:
+// their memory is stream-ordered.
+struct PendingHostWork {
+  bool queued = false;
+  sycl::event last;
+};
+// Per thread, allocated once and never freed: a tensor may be released while its thread exits, after the thread's
+// destructors ran (a trivially destructible pointer is still valid then).
+inline PendingHostWork& pending_host_work() {
+  thread_local PendingHostWork* w = nullptr;
+  if (w == nullptr) [[unlikely]]
+    w = new PendingHostWork();
+  return *w;
+}
+// (drain_host_work, host_alloc.h: waits for it.)
+
+// Launch checking (a development tool, off by default; _C.sycl.set_launch_checking, launch_checking.cpp): while on,
+// releases of torch's CPU memory (torch's allocator wrapped) made while this thread has pending host work are counted
+// as unsafe (memory the routes got from torch ops, not from `empty`, is not drained for), and a launch can be made to
+// fail on purpose (_C.sycl.fail_launch_after: the Nth launch from now throws before queuing anything, as a kernel
+// build failure or a host error between two launches would). tests/test_launch_faults.py walks every route with it.
+inline std::atomic<bool>& launch_checking_flag() {
+  static std::atomic<bool> on{false};
+  return on;
+}
+inline bool launch_checking_on() { return launch_checking_flag().load(std::memory_order_relaxed); }
+// Before a launch of `label` while checking: throws the failure asked for by fail_launch_after when it is due,
+// else remembers the label (named in the report of an unsafe release).
+void check_launch(const char* label);  // launch_checking.cpp
+
 class Launcher {
  public:
   // The `sycl` backend on the queue for tensor t (queue_for), with the provider's kernels for its device.
   static Launcher for_tensor(const at::Tensor& t) {
     sycl::queue& q = queue_for(t);
-    return Launcher(&q, &table_kernels_for(q));
+    return Launcher(&q, &table_kernels_for(q), t.device().is_cpu());
   }
   // The `acpp` backend: its launcher library, on its own queue (raises a clear error when it is absent).
-  static Launcher acpp() { return Launcher(nullptr, &acpp_table_kernels()); }
+  static Launcher acpp() { return Launcher(nullptr, &acpp_table_kernels(), false); }
 
   const DeviceTraits& traits() const { return kernels_->traits(); }
   // Sub-group lanes are work-items (the acpp host device), not SIMD lanes: any lane width runs.
@@ -131,6 +168,9 @@ class Launcher {
       global[d] = range.get_global_range()[d];
       local[d] = range.get_local_range()[d];
     }
+    const bool checking = launch_checking_on();
+    if (checking) [[unlikely]]
+      check_launch(kernel_label<K, T>().c_str());
     const Kernel& k = kernels_->get(static_cast<size_t>(index), &table_entry<K, T>);
     const KernelArg arg{&p, sizeof(p)};
     if (kernel_profiling_on()) [[unlikely]] {
@@ -141,11 +181,19 @@ class Launcher {
       return;
     }
     last_ = k.launch(q_, D, global, local, std::span<const KernelArg>(&arg, 1));
+    if (host_queue_) {  // (a launcher library's launch runs to completion: nothing is left queued)
+      PendingHostWork& w = pending_host_work();
+      w.queued = true;
+      w.last = last_;
+    }
   }
 
   // The only synchronisation: for a CPU tensor `t`, waits for the work launched so far and rethrows
   // asynchronous errors; for device tensors it returns at once (work stays ordered on torch's queue).
-  void finish(const at::Tensor& t) { wait_if_host(t, last_); }
+  void finish(const at::Tensor& t) {
+    if (t.device().is_cpu()) pending_host_work().queued = false;  // the wait ends it, whether or not it throws
+    wait_if_host(t, last_);
+  }
 
   // Calls launch() (which queues kernels), then finish(t). Should launch() throw after queuing some kernels, the
   // queue is drained first, so that no kernel still reads or writes the caller's temporaries once the unwinding
@@ -165,7 +213,8 @@ class Launcher {
   }
 
  private:
-  Launcher(sycl::queue* q, TableKernels* kernels) : q_(q), kernels_(kernels) {}
+  Launcher(sycl::queue* q, TableKernels* kernels, bool host_queue)
+      : q_(q), kernels_(kernels), host_queue_(host_queue && q != nullptr) {}
   template <typename K, typename T>
   static TableEntry table_entry() {
     return TableEntry{&group_of<K>(), entry_name<K, T>(), kernel_label<K, T>(), xk::sub_group_of<K>::value,
@@ -173,6 +222,7 @@ class Launcher {
   }
   sycl::queue* q_;
   TableKernels* kernels_;
+  bool host_queue_;  // the CPU device's queue (CPU tensors): its pending work is tracked (PendingHostWork)
   sycl::event last_;
 };
 

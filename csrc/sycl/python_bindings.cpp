@@ -39,7 +39,8 @@ py::dict device_dict(const DeviceRecord& r) {
 
 }  // namespace
 
-void bind_user_kernels(py::module_& m);  // user_kernels.cpp
+void bind_user_kernels(py::module_& m);     // user_kernels.cpp
+void bind_launch_checking(py::module_& m);  // launch_checking.cpp
 
 int64_t linear_dot_max_rows();                                                 // fused_linear_relu.cpp
 bool linear_amx_for_cpu_tensors(int64_t out_features, int64_t in_features);    // fused_linear_relu.cpp
@@ -70,6 +71,7 @@ void bind_python(py::module_& m) {
         "Whether a bfloat16 conv2d of this weight shape on channels_last CPU tensors runs on AMX (the weight read as "
         "stored: nothing to pre-pack).");
   bind_user_kernels(m);
+  bind_launch_checking(m);
   m.def(
       "acpp_device",
       [] {

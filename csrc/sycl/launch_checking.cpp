@@ -1,0 +1,164 @@
+// The wait for this thread's pending host work (drain_host_work, host_alloc.h) and launch checking (launch.h): counts
+// torch's CPU memory released while this thread's queued kernels may still use it, and makes a chosen launch fail, so
+// that tests can walk every route's error path (tests/test_launch_faults.py).
+#include <c10/core/CPUAllocator.h>
+#include <c10/util/Exception.h>
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <atomic>
+#include <cstdint>
+#include <mutex>
+#include <stdexcept>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "sycl/host_alloc.h"
+#include "sycl/launch.h"
+
+namespace py = pybind11;
+
+namespace xkernels::sycl_backend {
+namespace {
+
+struct Report {
+  std::mutex mu;
+  int64_t unsafe = 0, injected = 0;
+  std::vector<std::string> first;  // the kernel queued last at each of the first few unsafe releases
+};
+Report& report() {
+  static Report* r = new Report();  // leaked: releases may come after static destructors ran
+  return *r;
+}
+std::atomic<int64_t>& fail_in() {  // the launch that many launches from now fails (0: none)
+  static std::atomic<int64_t> n{0};
+  return n;
+}
+std::string& last_label() {
+  thread_local std::string label;
+  return label;
+}
+
+void note_unsafe() {
+  Report& r = report();
+  std::lock_guard<std::mutex> lock(r.mu);
+  ++r.unsafe;
+  if (r.first.size() < 8) r.first.push_back(last_label());
+}
+
+// torch's CPU allocator with each release reported to note_host_release (the SYCL backend's own blocks, host_alloc.h,
+// report theirs after waiting for this thread's pending host work). Installed the first time checking is turned on
+// and kept (a later allocator may have stacked on it); with checking off it only forwards. Its pointers stay
+// "simple" (context == data, one raw deleter), as torch's raw_allocate users (oneDNN's scratch) require: it wraps
+// an allocator whose pointers are simple (torch's default), and hands out any other pointer unwrapped.
+class CheckingCpuAllocator final : public c10::Allocator {
+ public:
+  explicit CheckingCpuAllocator(c10::Allocator* inner) : inner_(inner) { inner_free() = inner->raw_deleter(); }
+  c10::DataPtr allocate(size_t n) override {
+    c10::DataPtr d = inner_->allocate(n);
+    void* data = d.get();
+    if (n == 0 || data == nullptr || data != d.get_context() || d.get_deleter() != inner_free()) return d;
+    (void)d.release_context();  // ours to free now, through inner_free
+    return {data, data, &release, c10::Device(c10::kCPU)};
+  }
+  c10::DeleterFnPtr raw_deleter() const override { return &release; }
+  void copy_data(void* dest, const void* src, std::size_t count) const override { default_copy_data(dest, src, count); }
+
+ private:
+  static c10::DeleterFnPtr& inner_free() {
+    static c10::DeleterFnPtr f = nullptr;
+    return f;
+  }
+  static void release(void* data) {
+    note_host_release();
+    inner_free()(data);
+  }
+  c10::Allocator* inner_;
+};
+
+void install_checking_allocator() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    c10::Allocator* inner = c10::GetCPUAllocator();
+    TORCH_CHECK(inner->raw_deleter() != nullptr,
+                "xkernels: launch checking needs torch's CPU allocator to have a raw deleter (another library replaced "
+                "it)");
+    static auto* a = new CheckingCpuAllocator(inner);
+    c10::SetCPUAllocator(a, /*priority=*/UINT8_MAX);
+  });
+}
+
+}  // namespace
+
+void drain_host_work() noexcept {
+  PendingHostWork& w = pending_host_work();
+  if (!w.queued) return;
+  w.queued = false;
+  try {
+    w.last.wait();
+  } catch (...) {  // the kernels have ended either way; the caller may be unwinding from the first error
+  }
+}
+
+void note_host_release() noexcept {
+  if (!launch_checking_on() || !pending_host_work().queued) return;
+  try {
+    note_unsafe();
+  } catch (...) {  // a count lost to an allocation failure: a release must not throw
+  }
+}
+
+void check_launch(const char* label) {
+  int64_t n = fail_in().load();
+  while (n > 0 && !fail_in().compare_exchange_weak(n, n - 1)) {}
+  if (n == 1) {
+    {
+      std::lock_guard<std::mutex> lock(report().mu);
+      ++report().injected;
+    }
+    throw std::runtime_error(std::string("xkernels: launch of ") + label +
+                             " failed on purpose (launch checking: fail_launch_after)");
+  }
+  last_label() = label;
+}
+
+void bind_launch_checking(py::module_& m) {
+  m.def(
+      "set_launch_checking",
+      [](bool on) {
+        if (on) install_checking_allocator();
+        launch_checking_flag().store(on);
+      },
+      py::arg("on"),
+      "Turns launch checking on or off (a development tool, launch.h): while on, host memory released while this "
+      "thread's queued SYCL kernels have not been waited for is counted (launch_check_report), and "
+      "fail_launch_after can make a launch fail. Turning it on replaces torch's CPU allocator by a forwarding one "
+      "for the rest of the process.");
+  m.def(
+      "fail_launch_after", [](int64_t n) { fail_in().store(n < 0 ? 0 : n); }, py::arg("n"),
+      "While launch checking is on, the n-th SYCL launch from now (1: the next) throws before queuing anything; "
+      "0 cancels.");
+  m.def(
+      "launch_check_report",
+      [](bool reset) {
+        Report& r = report();
+        std::lock_guard<std::mutex> lock(r.mu);
+        py::dict d;
+        d["unsafe_releases"] = r.unsafe;
+        d["injected_failures"] = r.injected;
+        d["first_unsafe"] = r.first;  // the kernel queued last
+        d["pending_failure"] = fail_in().load();
+        if (reset) {
+          r.unsafe = r.injected = 0;
+          r.first.clear();
+        }
+        return d;
+      },
+      py::arg("reset") = false,
+      "Launch checking's counts: unsafe_releases (host memory released while kernels were queued and not waited "
+      "for), injected_failures, first_unsafe (the kernel queued last, for the first few), "
+      "pending_failure (launches left before the injected failure; 0: none).");
+}
+
+}  // namespace xkernels::sycl_backend
