@@ -170,6 +170,30 @@ def cpu_backend(backend):
     return backend
 
 
+LAUNCH_CHECKING = os.environ.get("XKERNELS_LAUNCH_CHECKING", "") == "1"
+
+
+@pytest.fixture(autouse=True)
+def _launch_checking():
+    """XKERNELS_LAUNCH_CHECKING=1 (what .ci/run sets): every test runs with launch checking on (csrc/sycl/launch.h) and
+    fails if host memory was released while SYCL kernels it queued were still unwaited (a temporary freed under a
+    running kernel). Off by default: it wraps torch's CPU allocator for the rest of the process."""
+    if not LAUNCH_CHECKING:
+        yield
+        return
+    sycl = getattr(xkernels._C, "sycl", None)
+    if sycl is None:
+        pytest.fail("XKERNELS_LAUNCH_CHECKING=1, but this build has no SYCL backend to check", pytrace=False)
+    sycl.set_launch_checking(True)
+    sycl.launch_check_report(reset=True)
+    yield
+    report = sycl.launch_check_report(reset=True)
+    assert report["unsafe_releases"] == 0, (
+        f"host memory was released while SYCL kernels were still queued (the kernel queued last: "
+        f"{report['first_unsafe']}): {report}"
+    )
+
+
 @pytest.fixture(autouse=True)
 def _fixed_seed(request):
     """Every test starts from a fixed seed derived from its id (stable across runs and orders)."""

@@ -41,12 +41,12 @@ def checking(request):
     _backends.get(request.param)
     sycl = _C.sycl
     with xkernels.use_backend(request.param):
-        sycl.set_launch_checking(True)
+        was_on = sycl.set_launch_checking(True)  # (on for the whole session with XKERNELS_LAUNCH_CHECKING=1)
         sycl.fail_launch_after(0)
         sycl.launch_check_report(reset=True)
         yield sycl
         sycl.fail_launch_after(0)
-        sycl.set_launch_checking(False)
+        sycl.set_launch_checking(was_on)
         sycl.launch_check_report(reset=True)
 
 
@@ -57,32 +57,29 @@ def _randn(*shape, dtype=torch.float32, fmt=None, grad=False):
     return t.requires_grad_(grad)
 
 
-def _conv_fwd(x, w, b, stride=1, padding=0, groups=1, relu=False, residual=None):
+def _conv(kind, x_shape, w_shape, stride=1, padding=0, groups=1, dtype=torch.float32, cl=False, bias=True):
+    """A conv2d case's run(): kind "fwd" (conv2d), "relu+res" (conv2d_relu with a residual), "packed"
+    (pack_conv2d_weight + conv2d_packed), "bwd" (conv2d + conv2d_backward) or "bwd-expanded" (the gradient of
+    out.sum(): every stride 0, which the backward first copies dense)."""
+    x = _randn(*x_shape, dtype=dtype, fmt=CL if cl else None)
+    w = _randn(*w_shape, dtype=dtype)
+    b = _randn(w_shape[0], dtype=dtype) if bias else None
+    geometry = ([stride] * 2, [padding] * 2, [1, 1], groups)
+    residual = None
+    if kind == "relu+res":
+        residual = torch.ops.xkernels.conv2d(x, w, b, *geometry).detach().sin()
+
     def run():
-        if relu:
-            return (torch.ops.xkernels.conv2d_relu(x, w, b, [stride] * 2, [padding] * 2, [1, 1], groups, residual),)
-        return (torch.ops.xkernels.conv2d(x, w, b, [stride] * 2, [padding] * 2, [1, 1], groups),)
-
-    return run
-
-
-def _conv_packed(x, w, b, stride=1, padding=0, groups=1):
-    def run():
-        packed = torch.ops.xkernels.pack_conv2d_weight(w, groups)
-        out = torch.ops.xkernels.conv2d_packed(
-            x, packed, list(w.shape), b, [stride] * 2, [padding] * 2, [1, 1], groups, None, True
-        )
-        return packed, out
-
-    return run
-
-
-def _conv_bwd(x, w, b, stride=1, padding=0, groups=1, expanded=False):
-    def run():
-        out = torch.ops.xkernels.conv2d(x, w, b, [stride] * 2, [padding] * 2, [1, 1], groups)
-        # expanded: the gradient of out.sum() (every stride 0), which the backward first makes dense
-        g = torch.ones((), dtype=out.dtype).expand_as(out) if expanded else out.cos()
-        return torch.ops.xkernels.conv2d_backward(g, x, w, [stride] * 2, [padding] * 2, [1, 1], groups, [True] * 3)
+        if kind == "fwd":
+            return (torch.ops.xkernels.conv2d(x, w, b, *geometry),)
+        if kind == "relu+res":
+            return (torch.ops.xkernels.conv2d_relu(x, w, b, *geometry, residual),)
+        if kind == "packed":
+            packed = torch.ops.xkernels.pack_conv2d_weight(w, groups)
+            return packed, torch.ops.xkernels.conv2d_packed(x, packed, list(w.shape), b, *geometry, None, True)
+        out = torch.ops.xkernels.conv2d(x, w, b, *geometry)
+        g = torch.ones((), dtype=out.dtype).expand_as(out) if kind == "bwd-expanded" else out.cos()
+        return torch.ops.xkernels.conv2d_backward(g, x, w, *geometry, [True] * 3)
 
     return run
 
@@ -114,144 +111,105 @@ def _layer_norm(shape, backward=False, dtype=torch.float32):
     return run
 
 
+BF16, F16 = torch.bfloat16, torch.float16
+WINO, NO_WINO = {"XKERNELS_CONV_WINOGRAD": "1"}, {"XKERNELS_CONV_WINOGRAD": "0"}
+CL_ = {"cl": True}
+# conv2d cases: name (the route), environment overrides, then _conv's arguments (kind, input shape, weight shape,
+# keywords); "cl": channels_last.
+CONV_CASES = [
+    ("1x1 cl: pixel GEMM", {}, "fwd", (2, 32, 8, 8), (48, 32, 1, 1), CL_),
+    (
+        "1x1 stride 2 cl, residual: strided pixel GEMM",
+        {},
+        "relu+res",
+        (2, 32, 8, 8),
+        (48, 32, 1, 1),
+        CL_ | {"stride": 2},
+    ),
+    ("1x1 cl packed", {}, "packed", (2, 32, 8, 8), (64, 32, 1, 1), CL_),
+    ("1x1 NCHW: per-image GEMM", {}, "fwd", (2, 32, 32, 32), (40, 32, 1, 1), {}),
+    ("1x1 NCHW packed: per-image GEMM, weight unpacked", {}, "packed", (1, 32, 32, 32), (64, 32, 1, 1), {}),
+    ("3x3 Winograd, weight transformed per call", WINO, "fwd", (1, 64, 10, 10), (64, 64, 3, 3), CL_ | {"padding": 1}),
+    ("3x3 Winograd, bf16 weight widened", WINO, "fwd", (1, 64, 10, 10), (64, 64, 3, 3), {"padding": 1, "dtype": BF16}),
+    ("3x3 Winograd packed", WINO, "packed", (1, 64, 10, 10), (64, 64, 3, 3), CL_ | {"padding": 1}),
+    ("3x3 direct packed", NO_WINO, "packed", (2, 16, 9, 9), (24, 16, 3, 3), {"padding": 1}),
+    (
+        "3x3 direct half, no bias",
+        NO_WINO,
+        "fwd",
+        (2, 8, 9, 9),
+        (12, 8, 3, 3),
+        {"padding": 1, "dtype": F16, "bias": False},
+    ),
+    ("7x7 stride 2 stem", {}, "fwd", (1, 3, 20, 20), (16, 3, 7, 7), CL_ | {"stride": 2, "padding": 3}),
+    ("3x3 depthwise", {}, "fwd", (2, 16, 9, 9), (16, 1, 3, 3), CL_ | {"padding": 1, "groups": 16}),
+    ("1x1 bf16 cl (AMX where the CPU has it)", {}, "fwd", (1, 32, 7, 7), (64, 32, 1, 1), CL_ | {"dtype": BF16}),
+    (
+        "3x3 bf16 cl (AMX where the CPU has it)",
+        {},
+        "fwd",
+        (1, 32, 7, 7),
+        (64, 32, 3, 3),
+        CL_ | {"dtype": BF16, "padding": 1},
+    ),
+    ("backward 1x1 cl: pixel GEMMs", {}, "bwd", (2, 32, 8, 8), (48, 32, 1, 1), CL_),
+    ("backward 1x1 cl, expanded gradient copied dense", {}, "bwd-expanded", (2, 32, 8, 8), (48, 32, 1, 1), CL_),
+    ("backward 1x1 stride 2 cl", {}, "bwd", (2, 32, 8, 8), (48, 32, 1, 1), CL_ | {"stride": 2}),
+    ("backward 1x1 NCHW: per-image GEMMs", {}, "bwd", (1, 32, 32, 32), (40, 32, 1, 1), {}),
+    (
+        "backward 3x3 cl: Winograd grad_input, window grad_weight",
+        WINO,
+        "bwd",
+        (1, 64, 48, 48),
+        (64, 64, 3, 3),
+        CL_ | {"padding": 1},
+    ),
+    (
+        "backward 3x3 NCHW: direct grad_input, im2col grad_weight",
+        NO_WINO,
+        "bwd",
+        (2, 8, 9, 9),
+        (12, 8, 3, 3),
+        {"padding": 1},
+    ),
+    (
+        "backward stem: col2im grad_input, transposed grad_weight",
+        {},
+        "bwd",
+        (1, 3, 20, 20),
+        (16, 3, 7, 7),
+        CL_ | {"stride": 2, "padding": 3},
+    ),
+    (
+        "backward grouped: direct grad_weight",
+        {},
+        "bwd",
+        (2, 16, 9, 9),
+        (16, 4, 3, 3),
+        CL_ | {"padding": 1, "groups": 4},
+    ),
+    (
+        "backward depthwise: grad_weight over groups",
+        {},
+        "bwd",
+        (2, 16, 9, 9),
+        (16, 1, 3, 3),
+        {"padding": 1, "groups": 16},
+    ),
+    ("backward bf16", {}, "bwd", (2, 8, 9, 9), (12, 8, 3, 3), CL_ | {"padding": 1, "dtype": BF16}),
+]
 # name -> (a function making the case's run(), environment overrides)
 CASES = {
-    "conv2d 1x1 channels_last (pixel GEMM)": (
-        lambda: _conv_fwd(_randn(2, 32, 8, 8, fmt=CL), _randn(48, 32, 1, 1), _randn(48)),
-        {},
-    ),
-    "conv2d_relu 1x1 stride 2 with residual (strided pixel GEMM)": (
-        lambda: _conv_fwd(
-            _randn(2, 32, 8, 8, fmt=CL),
-            _randn(48, 32, 1, 1),
-            _randn(48),
-            stride=2,
-            relu=True,
-            residual=_randn(2, 48, 4, 4, fmt=CL),
-        ),
-        {},
-    ),
-    "conv2d_packed 1x1 channels_last": (
-        lambda: _conv_packed(_randn(2, 32, 8, 8, fmt=CL), _randn(64, 32, 1, 1), _randn(64)),
-        {},
-    ),
-    "conv2d 1x1 NCHW (per-image GEMM)": (
-        lambda: _conv_fwd(_randn(2, 32, 32, 32), _randn(40, 32, 1, 1), _randn(40)),
-        {},
-    ),
-    "conv2d_packed 1x1 NCHW (per-image GEMM, unpacked weight)": (
-        lambda: _conv_packed(_randn(1, 32, 32, 32), _randn(64, 32, 1, 1), _randn(64)),
-        {},
-    ),
-    "conv2d 3x3 Winograd, weight transformed per call": (
-        lambda: _conv_fwd(_randn(1, 64, 10, 10, fmt=CL), _randn(64, 64, 3, 3), _randn(64), padding=1),
-        {"XKERNELS_CONV_WINOGRAD": "1"},
-    ),
-    "conv2d 3x3 Winograd, bfloat16 weight widened per call": (
-        lambda: _conv_fwd(
-            _randn(1, 64, 10, 10, dtype=torch.bfloat16),
-            _randn(64, 64, 3, 3, dtype=torch.bfloat16),
-            _randn(64, dtype=torch.bfloat16),
-            padding=1,
-        ),
-        {"XKERNELS_CONV_WINOGRAD": "1"},
-    ),
-    "conv2d_packed 3x3 Winograd": (
-        lambda: _conv_packed(_randn(1, 64, 10, 10, fmt=CL), _randn(64, 64, 3, 3), _randn(64), padding=1),
-        {"XKERNELS_CONV_WINOGRAD": "1"},
-    ),
-    "conv2d_packed 3x3 direct": (
-        lambda: _conv_packed(_randn(2, 16, 9, 9), _randn(24, 16, 3, 3), _randn(24), padding=1),
-        {"XKERNELS_CONV_WINOGRAD": "0"},
-    ),
-    "conv2d 3x3 direct, half": (
-        lambda: _conv_fwd(
-            _randn(2, 8, 9, 9, dtype=torch.float16), _randn(12, 8, 3, 3, dtype=torch.float16), None, padding=1
-        ),
-        {"XKERNELS_CONV_WINOGRAD": "0"},
-    ),
-    "conv2d 7x7 stride 2 stem": (
-        lambda: _conv_fwd(_randn(1, 3, 20, 20, fmt=CL), _randn(16, 3, 7, 7), _randn(16), stride=2, padding=3),
-        {},
-    ),
-    "conv2d depthwise 3x3": (
-        lambda: _conv_fwd(_randn(2, 16, 9, 9, fmt=CL), _randn(16, 1, 3, 3), _randn(16), padding=1, groups=16),
-        {},
-    ),
-    "conv2d backward 1x1 channels_last (pixel GEMMs)": (
-        lambda: _conv_bwd(_randn(2, 32, 8, 8, fmt=CL), _randn(48, 32, 1, 1), _randn(48)),
-        {},
-    ),
-    "conv2d backward 1x1 channels_last, expanded gradient (copied dense first)": (
-        lambda: _conv_bwd(_randn(2, 32, 8, 8, fmt=CL), _randn(48, 32, 1, 1), _randn(48), expanded=True),
-        {},
-    ),
-    "conv2d backward 1x1 stride 2 channels_last": (
-        lambda: _conv_bwd(_randn(2, 32, 8, 8, fmt=CL), _randn(48, 32, 1, 1), _randn(48), stride=2),
-        {},
-    ),
-    "conv2d backward 1x1 NCHW (per-image GEMMs)": (
-        lambda: _conv_bwd(_randn(1, 32, 32, 32), _randn(40, 32, 1, 1), _randn(40)),
-        {},
-    ),
-    "conv2d backward 3x3 channels_last (Winograd grad_input, window grad_weight)": (
-        lambda: _conv_bwd(_randn(1, 64, 48, 48, fmt=CL), _randn(64, 64, 3, 3), _randn(64), padding=1),
-        {"XKERNELS_CONV_WINOGRAD": "1"},
-    ),
-    "conv2d backward 3x3 NCHW (direct grad_input, im2col grad_weight)": (
-        lambda: _conv_bwd(_randn(2, 8, 9, 9), _randn(12, 8, 3, 3), _randn(12), padding=1),
-        {"XKERNELS_CONV_WINOGRAD": "0"},
-    ),
-    "conv2d backward 7x7 stride 2 stem (col2im grad_input, transposed grad_weight)": (
-        lambda: _conv_bwd(_randn(1, 3, 20, 20, fmt=CL), _randn(16, 3, 7, 7), _randn(16), stride=2, padding=3),
-        {},
-    ),
-    "conv2d backward grouped (direct grad_weight kernels)": (
-        lambda: _conv_bwd(_randn(2, 16, 9, 9, fmt=CL), _randn(16, 4, 3, 3), _randn(16), padding=1, groups=4),
-        {},
-    ),
-    "conv2d backward depthwise (grad_weight over groups)": (
-        lambda: _conv_bwd(_randn(2, 16, 9, 9), _randn(16, 1, 3, 3), _randn(16), padding=1, groups=16),
-        {},
-    ),
-    "conv2d backward bfloat16": (
-        lambda: _conv_bwd(
-            _randn(2, 8, 9, 9, dtype=torch.bfloat16, fmt=CL),
-            _randn(12, 8, 3, 3, dtype=torch.bfloat16),
-            _randn(12, dtype=torch.bfloat16),
-            padding=1,
-        ),
-        {},
-    ),
+    **{f"conv2d {name}": (lambda a=args, k=kw: _conv(*a, **k), env) for name, env, *args, kw in CONV_CASES},
     "fused_linear_relu few rows (dot kernel)": (lambda: _linear(4, 72, 96), {}),
     "fused_linear_relu many rows (GEMM)": (lambda: _linear(130, 72, 96), {}),
-    "fused_linear_relu half many rows": (lambda: _linear(130, 72, 96, dtype=torch.float16), {}),
+    "fused_linear_relu half many rows": (lambda: _linear(130, 72, 96, dtype=F16), {}),
     "fused_linear_relu_packed": (lambda: _linear(130, 72, 96, packed=True), {}),
     "fused_linear_relu backward": (lambda: _linear(130, 72, 96, backward=True), {}),
-    "fused_linear_relu bfloat16 (AMX where the CPU has it)": (
-        lambda: _linear(100, 64, 128, dtype=torch.bfloat16),
-        {},
-    ),
-    "conv2d bfloat16 1x1 channels_last (AMX where the CPU has it)": (
-        lambda: _conv_fwd(
-            _randn(1, 32, 7, 7, dtype=torch.bfloat16, fmt=CL),
-            _randn(64, 32, 1, 1, dtype=torch.bfloat16),
-            _randn(64, dtype=torch.bfloat16),
-        ),
-        {},
-    ),
-    "conv2d bfloat16 3x3 channels_last (AMX where the CPU has it)": (
-        lambda: _conv_fwd(
-            _randn(1, 32, 7, 7, dtype=torch.bfloat16, fmt=CL),
-            _randn(64, 32, 3, 3, dtype=torch.bfloat16),
-            _randn(64, dtype=torch.bfloat16),
-            padding=1,
-        ),
-        {},
-    ),
+    "fused_linear_relu bfloat16 (AMX where the CPU has it)": (lambda: _linear(100, 64, 128, dtype=BF16), {}),
     "layer_norm forward": (lambda: _layer_norm((64, 96)), {}),
     "layer_norm backward": (lambda: _layer_norm((64, 96), backward=True), {}),
-    "layer_norm backward bfloat16": (lambda: _layer_norm((64, 96), backward=True, dtype=torch.bfloat16), {}),
+    "layer_norm backward bfloat16": (lambda: _layer_norm((64, 96), backward=True, dtype=BF16), {}),
 }
 
 

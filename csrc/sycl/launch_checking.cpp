@@ -128,13 +128,13 @@ void bind_launch_checking(py::module_& m) {
       "set_launch_checking",
       [](bool on) {
         if (on) install_checking_allocator();
-        launch_checking_flag().store(on);
+        return launch_checking_flag().exchange(on);
       },
       py::arg("on"),
-      "Turns launch checking on or off (a development tool, launch.h): while on, host memory released while this "
-      "thread's queued SYCL kernels have not been waited for is counted (launch_check_report), and "
-      "fail_launch_after can make a launch fail. Turning it on replaces torch's CPU allocator by a forwarding one "
-      "for the rest of the process.");
+      "Turns launch checking on or off (a development tool, launch.h) and returns the previous setting: while on, "
+      "host memory released while this thread's queued SYCL kernels have not been waited for is counted "
+      "(launch_check_report), and fail_launch_after can make a launch fail. Turning it on replaces torch's CPU "
+      "allocator by a forwarding one for the rest of the process.");
   m.def(
       "fail_launch_after", [](int64_t n) { fail_in().store(n < 0 ? 0 : n); }, py::arg("n"),
       "While launch checking is on, the n-th SYCL launch from now (1: the next) throws before queuing anything; "
