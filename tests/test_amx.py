@@ -148,13 +148,27 @@ def test_integers_are_exact_and_equal_the_fma_kernels(amx, monkeypatch):
 BLOCKS_ENV = "XKERNELS_AMX_GEMM_BLOCKS"
 # B blocks per work-group and work-group order (csrc/sycl/amx_gemm.h amx_blocks): one block, the default four, sets
 # that do not divide the blocks (a short last set), A blocks fastest, more blocks than there are.
-BLOCK_SETTINGS = ["b=1,order=b", "b=4,order=b", "b=3,order=b", "b=3,order=a", "b=1,order=a", "b=16,order=a"]
+# linear=rows | weight: fused_linear_relu's operand roles (the activations' rows as A with the weight packed, or the
+# weight's rows as A with the activations packed and the output transposed).
+BLOCK_SETTINGS = [
+    "b=1,order=b",
+    "b=4,order=b",
+    "b=3,order=b",
+    "b=3,order=a",
+    "b=1,order=a",
+    "b=16,order=a",
+    "linear=rows",
+    "linear=weight",
+    "b=3,order=a,linear=rows",
+    "b=1,order=b,linear=rows",
+]
 
 
 def test_work_group_order_and_grouping_do_not_change_bits(amx, monkeypatch):
     """Every XKERNELS_AMX_GEMM_BLOCKS setting computes each output with the same sum in the same order: the same
     bits, within bf16's tolerance of float64, for the linear (out transposed; 7 B blocks of 32 rows, the last
-    partial, K long enough for two L2 chunks of B) and a 1x1 convolution (7 blocks of output channels)."""
+    partial, K long enough for two L2 chunks of B; with linear=rows its 219 rows as A, the last 27 from the padded
+    copy) and a 1x1 convolution (7 blocks of output channels)."""
     M, N, K = 7 * 32 - 5, 96, 4096
     x = (torch.randn(M, K) * K**-0.25).bfloat16()
     w = (torch.randn(N, K) * K**-0.25).bfloat16()
@@ -182,7 +196,7 @@ def test_work_group_order_and_grouping_do_not_change_bits(amx, monkeypatch):
         assert torch.equal(conv, first_conv), setting
 
 
-@pytest.mark.parametrize("value", ["b=0", "b=x", "order=c", "rows=2"])
+@pytest.mark.parametrize("value", ["b=0", "b=x", "order=c", "rows=2", "linear=cols"])
 def test_a_bad_blocks_setting_names_the_variable(amx, monkeypatch, value):
     monkeypatch.setenv(BLOCKS_ENV, value)
     with pytest.raises(RuntimeError, match=BLOCKS_ENV):

@@ -207,6 +207,10 @@ CASES = {
     "fused_linear_relu_packed": (lambda: _linear(130, 72, 96, packed=True), {}),
     "fused_linear_relu backward": (lambda: _linear(130, 72, 96, backward=True), {}),
     "fused_linear_relu bfloat16 (AMX where the CPU has it)": (lambda: _linear(100, 64, 128, dtype=BF16), {}),
+    "fused_linear_relu bfloat16, activations' rows as A (AMX where the CPU has it)": (
+        lambda: _linear(100, 64, 128, dtype=BF16),
+        {"XKERNELS_AMX_GEMM_BLOCKS": "linear=rows"},
+    ),
     "layer_norm forward": (lambda: _layer_norm((64, 96)), {}),
     "layer_norm backward": (lambda: _layer_norm((64, 96), backward=True), {}),
     "layer_norm backward bfloat16": (lambda: _layer_norm((64, 96), backward=True, dtype=BF16), {}),

@@ -37,24 +37,31 @@ struct AmxBlocks {
   bool a_fastest = false;
 };
 
-// XKERNELS_AMX_GEMM_BLOCKS ("b=<n>,order=a|b", either part optional; for measuring and tests; every setting computes
-// the same bits): 0 / -1 where the rule decides. Read by the AMX routes before they queue any kernel (a bad value
-// raises while nothing runs that could outlive the call's temporaries).
+// XKERNELS_AMX_GEMM_BLOCKS ("b=<n>,order=a|b,linear=rows|weight", each part optional; for measuring and tests; every
+// setting computes the same bits): 0 / -1 where the rule decides. Read by the AMX routes before they queue any kernel
+// (a bad value raises while nothing runs that could outlive the call's temporaries). "linear=rows|weight" picks
+// fused_linear_relu's operand roles (fused_linear_relu.cpp, amx_linear_rows_role).
 struct AmxBlocksSetting {
   int64_t b_per_group = 0;
-  int order = -1;  // 1: A blocks fastest, 0: B sets fastest
+  int order = -1;        // 1: A blocks fastest, 0: B sets fastest
+  int linear_rows = -1;  // 1: the activations' rows as A, 0: the weight's rows as A
   static AmxBlocksSetting from_env() {
     constexpr const char* kEnv = "XKERNELS_AMX_GEMM_BLOCKS";
     AmxBlocksSetting r;
     for_each_env_item(kEnv, [&](const std::string& key, const std::string& val) {
       int64_t n = 0;
-      const bool ok = key == "b" ? parse_env_int(val, &n) && n >= 1 : key == "order" && (val == "a" || val == "b");
-      TORCH_CHECK(ok, "xkernels: ", kEnv, " must be 'b=<n >= 1>,order=a|b' (either part optional), got '",
-                  std::getenv(kEnv), "'");
+      const bool ok = key == "b"       ? parse_env_int(val, &n) && n >= 1
+                      : key == "order" ? val == "a" || val == "b"
+                                       : key == "linear" && (val == "rows" || val == "weight");
+      TORCH_CHECK(ok, "xkernels: ", kEnv,
+                  " must be 'b=<n >= 1>,order=a|b,linear=rows|weight' (each part optional), got '", std::getenv(kEnv),
+                  "'");
       if (key == "b")
         r.b_per_group = n;
-      else
+      else if (key == "order")
         r.order = val == "a" ? 1 : 0;
+      else
+        r.linear_rows = val == "rows" ? 1 : 0;
     });
     return r;
   }
@@ -148,6 +155,31 @@ void amx_gemm(Launcher& L, const AmxBlocksSetting& setting, const at::Tensor& A,
        .wp = win.wp,
        .oh = win.oh,
        .ow = win.ow});
+}
+
+// out [P, N] (row stride ldo) = epilogue(A [P, K] @ W^T), A's rows read in place (unit stride along k), W [N, K] the
+// weight rows, packed per call (amx_pack_rows) as the B operand; bias per column, res laid out as out (dense rows
+// of ldo) or undefined. The whole blocks of 16 * TN rows straight from A; the last few from a zero-padded copy (the
+// kernel reads A up to a whole block). The temporaries go into `t`, which the caller declares outside
+// launch_then_finish so that they outlive the kernels.
+struct AmxRowsTemps {
+  at::Tensor wr, wp, tail;
+};
+inline void amx_rows_gemm(Launcher& L, const AmxBlocksSetting& setting, const at::Tensor& A, const at::Tensor& W,
+                          const at::Tensor& bias, const at::Tensor& res, bool relu, at::Tensor& out, int64_t ldo,
+                          AmxRowsTemps& t) {
+  constexpr int TN = 2, TM = 2;
+  const int64_t P = A.size(0), K = A.size(1), N = W.size(0);
+  t.wr = amx_packable_rows(W);
+  t.wp = amx_pack_rows(L, t.wr);
+  const int64_t main = P / (16 * TN) * (16 * TN);
+  if (main > 0) amx_gemm<false, TN, TM>(L, setting, A.narrow(0, 0, main), t.wp, N, bias, res, relu, out, ldo);
+  if (P > main) {
+    t.tail = empty({16 * TN, K}, A.options()).zero_();
+    t.tail.narrow(0, 0, P - main).copy_(A.narrow(0, main, P - main));
+    amx_gemm<false, TN, TM>(L, setting, t.tail.narrow(0, 0, P - main), t.wp, N, bias, res, relu, out, ldo, main * ldo,
+                            main * ldo);
+  }
 }
 
 }  // namespace xkernels::sycl_backend

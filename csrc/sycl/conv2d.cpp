@@ -641,24 +641,12 @@ void amx_conv2d(Launcher& L, const Conv2dProblem& p, const at::Tensor& x, const 
   const AmxBlocksSetting setting = AmxBlocksSetting::from_env();  // before any kernel is queued
   // The temporaries are declared outside the launches: they outlive the kernels, also when a launch throws
   // (launch_then_finish drains the queue before they are freed).
-  at::Tensor wr, wp, tail, xpad, wt;
+  at::Tensor wp, xpad, wt;
   if (p.KH * p.KW == 1) {
-    const int64_t P = p.N * p.H * p.W;
-    const at::Tensor A = x.permute({0, 2, 3, 1}).reshape({P, C});  // NHWC memory: a view
-    L.launch_then_finish(out, [&] {
-      wr = amx_packable_rows(weight.reshape({O, C}));
-      wp = amx_pack_rows(L, wr);
-      // Whole blocks of 16*TN pixels straight from the input; the last few from a zero-padded copy (the kernel
-      // reads A up to a whole block).
-      const int64_t main = P / (16 * TN) * (16 * TN);
-      if (main > 0) amx_gemm<false, TN, TM>(L, setting, A.narrow(0, 0, main), wp, O, bias, residual, relu, out, O);
-      if (P > main) {
-        tail = empty({16 * TN, C}, x.options()).zero_();
-        tail.narrow(0, 0, P - main).copy_(A.narrow(0, main, P - main));
-        amx_gemm<false, TN, TM>(L, setting, tail.narrow(0, 0, P - main), wp, O, bias, residual, relu, out, O, main * O,
-                                main * O);
-      }
-    });
+    const at::Tensor A = x.permute({0, 2, 3, 1}).reshape({p.N * p.H * p.W, C});  // NHWC memory: a view
+    AmxRowsTemps temps;
+    L.launch_then_finish(
+        out, [&] { amx_rows_gemm(L, setting, A, weight.reshape({O, C}), bias, residual, relu, out, O, temps); });
     return;
   }
   const int64_t Hp = p.H + 2 * p.padding[0], Wp = p.W + 2 * p.padding[1];

@@ -45,6 +45,13 @@ struct LinearConfig {
 // out_features % 32); any number of rows (a 16-row tile computes 16 rows however few there are, and still beat the
 // FMA kernels at M = 1 and 8). XKERNELS_SYCL_GEMM_VARIANT=amx insists (a clear error where it cannot run); cpu / gpu
 // keep the FMA kernels.
+// amx_linear_rows_role: the activations' rows are the GEMM's A operand from this many rows on and where they are at
+// least a third of the output features (the weight's per-call packing, N x K, is then amortised). Measured on the
+// 2-core Intel Xeon (AVX-512 + AMX; docs/performance.md, "fused_linear_relu's operand roles on AMX"), 20 shapes, M =
+// 256-4096, N x K = 3072 x 768, 768 x 3072, 1024 x 1024, 4096 x 4096: the rows role 1.01-1.39x faster wherever the
+// rule takes it, 0.61-0.94x below 1024 rows and at 1024 x 4096 -> 4096.
+constexpr int64_t kAmxLinearRowsMinM = 1024;
+
 bool amx_applies(const DeviceTraits& t, at::ScalarType dtype, int64_t out_features, int64_t in_features) {
   const std::string v = requested_gemm_variant(kOp);
   if (v == "cpu" || v == "gpu") return false;
@@ -63,10 +70,25 @@ bool amx_applies(const DeviceTraits& t, at::ScalarType dtype, int64_t out_featur
   return dtype == at::kBFloat16 && t.amx_bf16 && fits;
 }
 
+// The operand roles: with few rows, W's rows are A (read as stored) and X is packed, out^T = W x X^T (TRANS_OUT: the
+// epilogue reads the accumulators' columns, a gather per output row); with many rows, X's rows are A (read in
+// place) and W is packed per call, out = X x W^T (the 1x1 convolution's route: rows written whole), the packing
+// amortised over the rows. Both sum the same products in the same order (bit-identical, tested).
+bool amx_linear_rows_role(int64_t M, int64_t N, const AmxBlocksSetting& setting) {
+  if (setting.linear_rows >= 0) return setting.linear_rows == 1;
+  return M >= kAmxLinearRowsMinM && 3 * M >= N;
+}
+
 void amx_forward(Launcher& L, const at::Tensor& x, const at::Tensor& w, const at::Tensor& bias, at::Tensor& out) {
   const int64_t M = x.size(0), N = w.size(0);
-  // X packed (amx_pack_rows), W read as stored: out^T = W x X^T (kernels/amx_gemm.hpp, TRANS_OUT).
   const AmxBlocksSetting setting = AmxBlocksSetting::from_env();  // before any kernel is queued
+  if (amx_linear_rows_role(M, N, setting)) {
+    AmxRowsTemps temps;  // declared outside the launch: they outlive the kernels, also when a launch throws
+    L.launch_then_finish(out,
+                         [&] { amx_rows_gemm(L, setting, x, w, bias, at::Tensor(), /*relu=*/true, out, N, temps); });
+    return;
+  }
+  // X packed (amx_pack_rows), W read as stored: out^T = W x X^T (kernels/amx_gemm.hpp, TRANS_OUT).
   at::Tensor xr, xp;  // declared outside the launch: they outlive the kernels, also when a launch throws
   auto run = [&](auto TM_) {
     constexpr int TM = decltype(TM_)::value;
