@@ -57,12 +57,17 @@ def _randn(*shape, dtype=torch.float32, fmt=None, grad=False):
     return t.requires_grad_(grad)
 
 
-def _conv(kind, x_shape, w_shape, stride=1, padding=0, groups=1, dtype=torch.float32, cl=False, bias=True):
+def _conv(
+    kind, x_shape, w_shape, stride=1, padding=0, groups=1, dtype=torch.float32, cl=False, bias=True, sliced=False
+):
     """A conv2d case's run(): kind "fwd" (conv2d), "relu+res" (conv2d_relu with a residual), "packed"
     (pack_conv2d_weight + conv2d_packed), "bwd" (conv2d + conv2d_backward) or "bwd-expanded" (the gradient of
     out.sum(): every stride 0, which the backward first copies dense)."""
     x = _randn(*x_shape, dtype=dtype, fmt=CL if cl else None)
     w = _randn(*w_shape, dtype=dtype)
+    if sliced:  # every other channel of twice as many: views the host wrapper copies or reads at their strides
+        x = _randn(x_shape[0], 2 * x_shape[1], *x_shape[2:], dtype=dtype, fmt=CL if cl else None)[:, ::2]
+        w = _randn(2 * w_shape[0], *w_shape[1:], dtype=dtype)[::2]
     b = _randn(w_shape[0], dtype=dtype) if bias else None
     geometry = ([stride] * 2, [padding] * 2, [1, 1], groups)
     residual = None
@@ -84,8 +89,10 @@ def _conv(kind, x_shape, w_shape, stride=1, padding=0, groups=1, dtype=torch.flo
     return run
 
 
-def _linear(m, n, k, dtype=torch.float32, packed=False, backward=False):
+def _linear(m, n, k, dtype=torch.float32, packed=False, backward=False, strided=False):
     x, w, b = _randn(m, k, dtype=dtype), _randn(n, k, dtype=dtype), _randn(n, dtype=dtype)
+    if strided:  # transposed views: the host wrapper copies them (torch-allocated temporaries) before launching
+        x, w = _randn(k, m, dtype=dtype).t(), _randn(k, n, dtype=dtype).t()
 
     def run():
         if packed:
@@ -99,8 +106,10 @@ def _linear(m, n, k, dtype=torch.float32, packed=False, backward=False):
     return run
 
 
-def _layer_norm(shape, backward=False, dtype=torch.float32):
+def _layer_norm(shape, backward=False, dtype=torch.float32, strided=False):
     x, w, b = _randn(*shape, dtype=dtype), _randn(shape[-1], dtype=dtype), _randn(shape[-1], dtype=dtype)
+    if strided:  # every other row: copied by the host wrapper before launching
+        x = _randn(shape[0] * 2, shape[-1], dtype=dtype)[::2]
 
     def run():
         out, mean, rstd = torch.ops.xkernels.layer_norm_forward(x, [shape[-1]], w, b, 1e-5)
@@ -197,6 +206,22 @@ CONV_CASES = [
         {"padding": 1, "groups": 16},
     ),
     ("backward bf16", {}, "bwd", (2, 8, 9, 9), (12, 8, 3, 3), CL_ | {"padding": 1, "dtype": BF16}),
+    (
+        "3x3 Winograd, sliced input and weight",
+        WINO,
+        "fwd",
+        (1, 64, 10, 10),
+        (64, 64, 3, 3),
+        {"padding": 1, "sliced": True},
+    ),
+    (
+        "backward 3x3 cl, sliced input and weight",
+        {},
+        "bwd",
+        (2, 16, 9, 9),
+        (24, 16, 3, 3),
+        CL_ | {"padding": 1, "sliced": True},
+    ),
 ]
 # name -> (a function making the case's run(), environment overrides)
 CASES = {
@@ -206,6 +231,14 @@ CASES = {
     "fused_linear_relu half many rows": (lambda: _linear(130, 72, 96, dtype=F16), {}),
     "fused_linear_relu_packed": (lambda: _linear(130, 72, 96, packed=True), {}),
     "fused_linear_relu backward": (lambda: _linear(130, 72, 96, backward=True), {}),
+    "fused_linear_relu backward, transposed input and weight": (
+        lambda: _linear(130, 72, 96, backward=True, strided=True),
+        {},
+    ),
+    "fused_linear_relu bfloat16, transposed input and weight": (
+        lambda: _linear(100, 64, 128, dtype=BF16, strided=True),
+        {},
+    ),
     "fused_linear_relu bfloat16 (AMX where the CPU has it)": (lambda: _linear(100, 64, 128, dtype=BF16), {}),
     "fused_linear_relu bfloat16, activations' rows as A (AMX where the CPU has it)": (
         lambda: _linear(100, 64, 128, dtype=BF16),
@@ -214,6 +247,7 @@ CASES = {
     "layer_norm forward": (lambda: _layer_norm((64, 96)), {}),
     "layer_norm backward": (lambda: _layer_norm((64, 96), backward=True), {}),
     "layer_norm backward bfloat16": (lambda: _layer_norm((64, 96), backward=True, dtype=BF16), {}),
+    "layer_norm backward, strided input": (lambda: _layer_norm((64, 96), backward=True, strided=True), {}),
 }
 
 
