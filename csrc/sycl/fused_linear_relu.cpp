@@ -40,18 +40,12 @@ struct LinearConfig {
   static constexpr int64_t kColumnLocal = 16;  // work-items per work-group of the column kernels
 };
 
-// ---- bfloat16 on AMX (kernels/amx_gemm.hpp): out^T = W x X^T on the matrix unit, W as stored.
+// ---- bfloat16 on AMX (kernels/amx_gemm.hpp): the GEMM on the matrix unit, with either operand as its A
+// (amx_linear_rows_role below).
 // Taken where the device can (DeviceTraits::amx_bf16) and the weight has no edge tiles (in_features % 32,
 // out_features % 32); any number of rows (a 16-row tile computes 16 rows however few there are, and still beat the
 // FMA kernels at M = 1 and 8). XKERNELS_SYCL_GEMM_VARIANT=amx insists (a clear error where it cannot run); cpu / gpu
 // keep the FMA kernels.
-// amx_linear_rows_role: the activations' rows are the GEMM's A operand from this many rows on and where they are at
-// least a third of the output features (the weight's per-call packing, N x K, is then amortised). Measured on the
-// 2-core Intel Xeon (AVX-512 + AMX; docs/performance.md, "fused_linear_relu's operand roles on AMX"), 20 shapes, M =
-// 256-4096, N x K = 3072 x 768, 768 x 3072, 1024 x 1024, 4096 x 4096: the rows role 1.01-1.39x faster wherever the
-// rule takes it, 0.61-0.94x below 1024 rows and at 1024 x 4096 -> 4096.
-constexpr int64_t kAmxLinearRowsMinM = 1024;
-
 bool amx_applies(const DeviceTraits& t, at::ScalarType dtype, int64_t out_features, int64_t in_features) {
   const std::string v = requested_gemm_variant(kOp);
   if (v == "cpu" || v == "gpu") return false;
@@ -69,6 +63,13 @@ bool amx_applies(const DeviceTraits& t, at::ScalarType dtype, int64_t out_featur
   }
   return dtype == at::kBFloat16 && t.amx_bf16 && fits;
 }
+
+// amx_linear_rows_role: the activations' rows are the GEMM's A operand from this many rows on and where they are at
+// least a third of the output features (the weight's per-call packing, N x K, is then amortised). Measured on the
+// 2-core Intel Xeon (AVX-512 + AMX; docs/performance.md, "fused_linear_relu's operand roles on AMX"), 20 shapes, M =
+// 256-4096, N x K = 3072 x 768, 768 x 3072, 1024 x 1024, 4096 x 4096: where the rule takes the rows role, 1.04-1.37x
+// faster from 2048 rows and 0.96-1.10x at 1024; below 1024 rows and at 1024 x 4096 -> 4096 it lost (0.61-0.94x).
+constexpr int64_t kAmxLinearRowsMinM = 1024;
 
 // The operand roles: with few rows, W's rows are A (read as stored) and X is packed, out^T = W x X^T (TRANS_OUT: the
 // epilogue reads the accumulators' columns, a gather per output row); with many rows, X's rows are A (read in

@@ -18,7 +18,6 @@
 #include <cstdlib>
 #include <string>
 
-#include "sycl/host_alloc.h"
 #include "sycl/kernel_table.h"
 #include "sycl/runtime.h"
 #include "xkernels/dispatch.h"
@@ -168,8 +167,7 @@ class Launcher {
       global[d] = range.get_global_range()[d];
       local[d] = range.get_local_range()[d];
     }
-    const bool checking = launch_checking_on();
-    if (checking) [[unlikely]]
+    if (launch_checking_on()) [[unlikely]]
       check_launch(kernel_label<K, T>().c_str());
     const Kernel& k = kernels_->get(static_cast<size_t>(index), &table_entry<K, T>);
     const KernelArg arg{&p, sizeof(p)};
