@@ -234,3 +234,138 @@ def test_wide_weight_panels_grad_input(backend, dtype):
     ref_grads = torch.autograd.grad(expected, ref, g.double())
     for name, got, want, terms in zip(("input", "weight", "bias"), grads, ref_grads, (8 * 9, 20, 20), strict=True):
         assert_close(got, want, dtype, f"conv2d[512 channels] grad of {name}", terms=terms)
+
+
+def _oracle(m, x, residual=None):
+    """float64 torch: relu?(conv2d(x) + residual?) with the module's current weight, bias and geometry."""
+    y = F.conv2d(x.double(), m.weight.double(), m.bias.double(), m.stride, m.padding, m.dilation, m.groups)
+    if residual is not None:
+        y = y + residual.double()
+    return torch.relu(y) if getattr(m, "relu", False) else y
+
+
+def _sycl_kernels_ran(fn):
+    """Whether `fn()` launched any SYCL kernel (the kernel profiler's rows), and fn's result."""
+    sycl = xkernels._C.sycl
+    sycl.kernel_profile(reset=True)
+    sycl.set_kernel_profiling(True)
+    try:
+        out = fn()
+    finally:
+        sycl.set_kernel_profiling(False)
+    return bool(sycl.kernel_profile(reset=True)), out
+
+
+def test_remembered_route_rechecks_what_it_was_chosen_on(sycl_backend):
+    """After a call on the packed route, a module remembers it (nn._PackedConvCall) and later calls skip the
+    Python that chose it. Every condition of that choice is re-checked per call: each change below must give
+    the result the long way gives (float64 oracle, memory format), never the remembered route's stale one."""
+    torch.manual_seed(0)
+    conv = nn.Conv2d(8, 16, 3, padding=1)
+    m = xnn.Conv2dEpilogue.from_conv2d(conv, relu=True)
+    m.pack_weight, m.channels_last = True, True
+    cl = torch.channels_last
+    x = torch.randn(2, 8, 6, 6).contiguous(memory_format=cl)
+    r = torch.randn(2, 16, 6, 6).contiguous(memory_format=cl)
+    with torch.no_grad():
+        first = m(x, r)
+        plan = m.__dict__.get("_packed_call")
+        assert plan is not None, "the packed route was taken: it is remembered"
+        again = m(x, r)
+        assert m.__dict__["_packed_call"] is plan
+        assert torch.equal(again, first)
+        direct = xkernels.ops.conv2d_packed(x, m._packed_weight(x), m.weight.shape, m.bias, 1, 1, 1, 1, r, relu=True)
+        assert torch.equal(again, direct), "the remembered route is conv2d_packed with the same arguments"
+        assert_close(again, _oracle(m, x, r), torch.float32, "remembered route")
+
+        m.weight.mul_(-1.5)  # in place: the version counter moves
+        assert_close(m(x, r), _oracle(m, x, r), torch.float32, "after an in-place weight update")
+        m.weight.data = torch.randn_like(m.weight)  # new storage, same Parameter and version
+        assert_close(m(x, r), _oracle(m, x, r), torch.float32, "after a .data replacement")
+        m.weight = nn.Parameter(torch.randn_like(m.weight))  # a new Parameter (the assignment forgets the plan)
+        assert "_packed_call" not in m.__dict__
+        assert_close(m(x, r), _oracle(m, x, r), torch.float32, "with a new Parameter")
+        m.bias.add_(1.0)  # the bias is read per call, not remembered
+        assert_close(m(x, r), _oracle(m, x, r), torch.float32, "after an in-place bias update")
+
+        x2, r2 = x[:1].clone(memory_format=cl), r[:1].clone(memory_format=cl)  # another input shape
+        assert_close(m(x2, r2), _oracle(m, x2, r2), torch.float32, "another batch size")
+        m(x, r)
+        # batch 1 with the remembered batch-2 residual: the long way broadcasts the residual in an unfused add
+        assert_close(m(x2, r), _oracle(m, x2, r), torch.float32, "batch 1 input, batch 2 residual")
+        m(x, r)
+        nchw = x.contiguous()  # the module runs channels_last: the long way converts the input
+        y = m(nchw, r)
+        assert y.is_contiguous(memory_format=cl)
+        assert_close(y, _oracle(m, x, r), torch.float32, "NCHW input to a channels_last module")
+        bcast = torch.randn(1, 16, 1, 1)  # not the output's shape: the unfused add broadcasts it
+        assert_close(m(x, bcast), _oracle(m, x, bcast), torch.float32, "broadcast residual")
+        assert_close(m(x), _oracle(m, x), torch.float32, "no residual")
+        with pytest.raises(RuntimeError, match="'weight' has dtype Float but 'input' has dtype Double"):
+            m(x.double(), r.double())  # the long way's clear error, not the remembered float32 route
+
+        m(x, r)
+        with xkernels.use_backend("reference"), torch.profiler.profile() as prof:
+            y = m(x, r)
+        called = {e.key for e in prof.key_averages()}
+        assert "xkernels::conv2d_relu" in called and "xkernels::conv2d_packed" not in called, (
+            "another backend: the long way's choice (the unpacked op), not the remembered SYCL route"
+        )
+        assert_close(y, _oracle(m, x, r), torch.float32, "reference backend")
+
+        m.stride = (2, 2)  # a geometry change (the assignment forgets the plan)
+        assert_close(m(x), _oracle(m, x), torch.float32, "stride changed")
+        m.stride = (1, 1)
+        m(x, r)
+        m.pack_weight = False
+        ran, y = _sycl_kernels_ran(lambda: m(x, r))
+        assert ran and "_packed_call" not in m.__dict__, "packing off: the unpacked op, nothing remembered"
+        assert_close(y, _oracle(m, x, r), torch.float32, "packing off")
+        m.pack_weight = True
+        m(x, r)
+
+        m.weight.requires_grad_(False)  # (.data of an integer type is refused while it requires grad)
+        m.weight.data = m.weight.data.view(torch.int32)  # same storage, version and shape; another dtype
+        with pytest.raises(RuntimeError, match="'weight' has dtype Int but 'input' has dtype Float"):
+            m(x, r)
+        m.weight.data = m.weight.data.view(torch.float32)
+        m.weight.requires_grad_(True)
+
+        # conv + residual without ReLU: conv2d_epilogue's unfused add, which in bfloat16 rounds twice
+        add_only = xnn.Conv2dEpilogue.from_conv2d(nn.Conv2d(8, 16, 3, padding=1).bfloat16(), relu=False)
+        add_only.pack_weight = True
+        xb, rb = x.bfloat16(), r.bfloat16()
+        assert_close(add_only(xb), _oracle(add_only, xb), torch.bfloat16, "epilogue without ReLU")
+        unfused = add_only(xb) + rb
+        assert torch.equal(add_only(xb, rb), unfused)
+        assert_close(unfused, _oracle(add_only, xb, rb), torch.bfloat16, "epilogue without ReLU, residual")
+
+    # grad mode with an input that needs a gradient: the differentiable op, never the inference-only route
+    xg = x.clone().requires_grad_()
+    y = m(xg, r)
+    assert y.requires_grad
+    y.sum().backward()
+    assert xg.grad is not None and xg.grad.shape == x.shape
+
+
+@pytest.mark.parametrize("make", ["conv2d", "folded", "linear"])
+def test_modules_with_packed_caches_pickle(sycl_backend, make, tmp_path):
+    """torch.save(module) after calls that filled the packed-weight caches (which hold weak references) works, and
+    the loaded module computes the same result (its caches are rebuilt)."""
+    torch.manual_seed(0)
+    if make == "linear":
+        m, x = xnn.FusedLinearReLU(6, 5, pack_weight=True), torch.randn(3, 6)
+    else:
+        m, x = xnn.Conv2d(4, 6, 3, padding=1), torch.randn(2, 4, 5, 5)
+        if make == "folded":
+            bn = nn.BatchNorm2d(6).eval()
+            m = xnn.FoldedConv2d.from_conv_bn(m, bn)
+        m.pack_weight = True
+    with torch.no_grad():
+        y = m(x)
+        m(x)
+        assert m.__dict__.get("_packed_cache") is not None
+        torch.save(m, tmp_path / "m.pt")
+        loaded = torch.load(tmp_path / "m.pt", weights_only=False)
+        assert "_packed_cache" not in loaded.__dict__ and "_packed_call" not in loaded.__dict__
+        assert torch.equal(loaded(x), y)

@@ -134,6 +134,9 @@ class FusedLinearReLU(nn.Module):
         weight's values changed in a way autograd's version counter does not see (see the class docstring)."""
         self.__dict__.pop("_packed_cache", None)
 
+    def __getstate__(self) -> dict:
+        return _state_without_caches(super().__getstate__())
+
     def extra_repr(self) -> str:
         return f"in_features={self.in_features}, out_features={self.out_features}, bias={self.bias is not None}" + (
             ", pack_weight=True" if self.pack_weight else ""
@@ -178,6 +181,91 @@ def _cpu_backend(dtype: torch.dtype) -> str:
     """The backend the CPU dispatch (csrc/backend.cpp cpu_backend_choice) picks for `dtype` in this thread: the
     explicit request, or for 'auto' sycl when the SYCL CPU device runs this dtype, else reference."""
     return _C.cpu_backend(str(dtype).removeprefix("torch."))
+
+
+# Per-module caches in the instance __dict__: not pickled (weak references; rebuilt at the next call).
+_CACHE_KEYS = ("_packed_cache", "_packed_call")
+
+
+def _state_without_caches(state: dict) -> dict:
+    """A module's pickled state (torch.save(module), copy.copy) without its packed-weight caches."""
+    return {k: v for k, v in state.items() if k not in _CACHE_KEYS}
+
+
+_conv2d_packed_op = torch.ops.xkernels.conv2d_packed.default
+
+
+class _PackedConvCall:
+    """A Conv2d call's route to ``conv2d_packed``, remembered by the module after a call that took it.
+
+    Choosing the route takes Python (the layout, the packed-weight cache, the epilogue's residual check, the
+    op's argument normalisation), and in a model that Python runs right after a convolution has pushed it out
+    of the caches, where it costs several times what it does in a loop (docs/performance.md: ~1.7 ms of a
+    ResNet-50 step at batch 1). So a module that took the route remembers what the choice was made on, and
+    ``call`` re-checks exactly that for the next call: the input's shape, dtype, device and (channels_last
+    modules) layout; the weight object, its storage, version counter, shape and dtype; the residual's shape and
+    dtype; grad mode and requires_grad; the thread's backend choice. Any difference returns None and the call
+    goes the long way, which decides afresh (and remembers again). An attribute assignment on the module
+    (stride, padding, ``pack_weight``, a new Parameter, ``train()``...) forgets the plan (Conv2d.__setattr__),
+    and no plan is used while torch.compile traces.
+    """
+
+    __slots__ = (
+        "shape", "dtype", "dtype_name", "out_shape", "weight", "weight_shape", "version", "data_ptr", "packed",
+        "stride", "padding", "dilation", "groups", "channels_last", "relu",
+    )  # fmt: skip
+
+    def call(self, module: Conv2d, input: Tensor, residual: Tensor | None) -> Tensor | None:
+        """conv2d_packed's result for this call, or None where the plan does not apply to it."""
+        w = module.weight
+        if (
+            input.shape != self.shape
+            or input.dtype is not self.dtype
+            or not input.is_cpu
+            or self.weight() is not w
+            or w._version != self.version
+            or w.data_ptr() != self.data_ptr
+            or w.shape != self.weight_shape
+            or w.dtype is not self.dtype
+            or (self.channels_last and not input.is_contiguous(memory_format=torch.channels_last))
+        ):
+            return None
+        if residual is not None and (
+            not self.relu or residual.shape != self.out_shape or residual.dtype is not self.dtype
+        ):
+            return None
+        bias = module.bias
+        if torch.is_grad_enabled() and (
+            input.requires_grad
+            or w.requires_grad
+            or (bias is not None and bias.requires_grad)
+            or (residual is not None and residual.requires_grad)
+        ):
+            return None
+        if _C.cpu_backend(self.dtype_name) != "sycl":
+            return None
+        return _conv2d_packed_op(
+            input, self.packed, self.weight_shape, bias, self.stride, self.padding, self.dilation, self.groups,
+            residual, self.relu,
+        )  # fmt: skip
+
+    @staticmethod
+    def remember(module: Conv2d, input: Tensor, packed: Tensor, relu: bool) -> None:
+        """Records the route `module` just took for `input` (conv2d_packed with `packed`, with or without the
+        ReLU epilogue). Only zero padding given as numbers: string padding takes the op's .padding overload."""
+        if isinstance(module.padding, str) or module.padding_mode != "zeros":
+            return
+        w = module.weight
+        p = _PackedConvCall()
+        p.shape, p.dtype, p.dtype_name = input.shape, input.dtype, str(input.dtype).removeprefix("torch.")
+        p.weight, p.weight_shape, p.version, p.data_ptr = weakref.ref(w), w.shape, w._version, w.data_ptr()
+        p.packed, p.groups, p.relu = packed, module.groups, relu
+        p.stride, p.padding, p.dilation = list(module.stride), list(module.padding), list(module.dilation)
+        p.channels_last = bool(module.channels_last) and input.dim() == 4 and input.dtype != torch.float64
+        p.out_shape = torch.Size(
+            ops.conv2d_output_shape(input.shape, w.shape, module.stride, module.padding, module.dilation)
+        )
+        module.__dict__["_packed_call"] = p  # not through __setattr__, which forgets the plan
 
 
 def _unsupported_padding_mode(mode: str) -> ValueError:
@@ -267,6 +355,21 @@ class Conv2d(nn.Conv2d):
             )
         return super().train(mode)
 
+    def forward(self, input: Tensor) -> Tensor:
+        plan = self.__dict__.get("_packed_call")
+        if plan is not None and not torch.compiler.is_compiling():
+            out = plan.call(self, input, None)
+            if out is not None:
+                return out
+        return self._conv_forward(input, self.weight, self.bias)
+
+    def __setattr__(self, name: str, value) -> None:
+        self.__dict__.pop("_packed_call", None)  # the remembered route assumed the old value (_PackedConvCall)
+        super().__setattr__(name, value)
+
+    def __getstate__(self) -> dict:
+        return _state_without_caches(super().__getstate__())
+
     def _layout(self, input: Tensor) -> Tensor:
         """The input in the format this module was set to run in (``channels_last``), else as it is."""
         if self.channels_last and input.dim() == 4 and input.dtype != torch.float64:
@@ -282,9 +385,9 @@ class Conv2d(nn.Conv2d):
             padding = (0, 0)
         packed = self._packed_weight(input) if weight is self.weight else None
         if packed is not None:
-            return ops.conv2d_packed(
-                input, packed, weight.shape, bias, self.stride, padding, self.dilation, self.groups
-            )
+            out = ops.conv2d_packed(input, packed, weight.shape, bias, self.stride, padding, self.dilation, self.groups)
+            _PackedConvCall.remember(self, input, packed, relu=False)
+            return out
         return ops.conv2d(input, weight, bias, self.stride, padding, self.dilation, self.groups)
 
     def _packed_weight(self, input: Tensor) -> Tensor | None:
@@ -312,6 +415,7 @@ class Conv2d(nn.Conv2d):
     def invalidate_packed_weight(self) -> None:
         """Drops the packed copy of the weight (rebuilt at the next call that uses it)."""
         self.__dict__.pop("_packed_cache", None)
+        self.__dict__.pop("_packed_call", None)
 
     def extra_repr(self) -> str:
         return (
@@ -473,21 +577,25 @@ class Conv2dEpilogue(Conv2d):
         return m
 
     def forward(self, input: Tensor, residual: Tensor | None = None) -> Tensor:
+        plan = self.__dict__.get("_packed_call")
+        if plan is not None and not torch.compiler.is_compiling():
+            out = plan.call(self, input, residual)
+            if out is not None:
+                return out
         if self.padding_mode != "zeros":
             raise _unsupported_padding_mode(self.padding_mode)
         input = self._layout(input)
-        return conv2d_epilogue(
-            input,
-            self.weight,
-            self.bias,
-            self.stride,
-            self.padding,
-            self.dilation,
-            self.groups,
-            residual,
-            self.relu,
-            self._packed_weight(input),
-        )
+        packed = self._packed_weight(input)
+        out = conv2d_epilogue(
+            input, self.weight, self.bias, self.stride, self.padding, self.dilation, self.groups, residual, self.relu,
+            packed,
+        )  # fmt: skip
+        if packed is not None and (
+            residual is None
+            or (self.relu and _residual_fits(input, self.weight, self.stride, self.padding, self.dilation, residual))
+        ):  # conv2d_epilogue's call was conv2d_packed alone (the fused epilogue, or no residual)
+            _PackedConvCall.remember(self, input, packed, self.relu)
+        return out
 
     def extra_repr(self) -> str:
         return (
