@@ -949,6 +949,22 @@ MUTANTS: list[Mutant] = [
         f"{T_LIN} {T_CONV} -k sycl",
         "SYCL per-device table kernels: a cached kernel looked up under another instantiation's index",
     ),
+    M(
+        "nn-conv-call-ignores-weight-version",
+        "python/xkernels/nn.py",
+        "            or w._version != self.version\n",
+        "",
+        "tests/test_conv2d_packed.py -k remembered",
+        "Conv2d modules: the remembered packed route kept after an in-place weight update (stale packed copy)",
+    ),
+    M(
+        "nn-conv-call-ignores-layout",
+        "python/xkernels/nn.py",
+        "            or (self.channels_last and not input.is_contiguous(memory_format=torch.channels_last))\n",
+        "",
+        "tests/test_conv2d_packed.py -k remembered",
+        "Conv2d modules: the remembered route taken by an NCHW input to a channels_last module (no conversion)",
+    ),
 ]
 
 
