@@ -63,11 +63,10 @@ def _conv(
     """A conv2d case's run(): kind "fwd" (conv2d), "relu+res" (conv2d_relu with a residual), "packed"
     (pack_conv2d_weight + conv2d_packed), "bwd" (conv2d + conv2d_backward) or "bwd-expanded" (the gradient of
     out.sum(): every stride 0, which the backward first copies dense)."""
-    x = _randn(*x_shape, dtype=dtype, fmt=CL if cl else None)
-    w = _randn(*w_shape, dtype=dtype)
-    if sliced:  # every other channel of twice as many: views the host wrapper copies or reads at their strides
-        x = _randn(x_shape[0], 2 * x_shape[1], *x_shape[2:], dtype=dtype, fmt=CL if cl else None)[:, ::2]
-        w = _randn(2 * w_shape[0], *w_shape[1:], dtype=dtype)[::2]
+    # sliced: every other channel of twice as many, views the host wrapper copies or reads at their strides
+    step = 2 if sliced else 1
+    x = _randn(x_shape[0], step * x_shape[1], *x_shape[2:], dtype=dtype, fmt=CL if cl else None)[:, ::step]
+    w = _randn(step * w_shape[0], *w_shape[1:], dtype=dtype)[::step]
     b = _randn(w_shape[0], dtype=dtype) if bias else None
     geometry = ([stride] * 2, [padding] * 2, [1, 1], groups)
     residual = None
@@ -90,9 +89,11 @@ def _conv(
 
 
 def _linear(m, n, k, dtype=torch.float32, packed=False, backward=False, strided=False):
-    x, w, b = _randn(m, k, dtype=dtype), _randn(n, k, dtype=dtype), _randn(n, dtype=dtype)
     if strided:  # transposed views: the host wrapper copies them (torch-allocated temporaries) before launching
         x, w = _randn(k, m, dtype=dtype).t(), _randn(k, n, dtype=dtype).t()
+    else:
+        x, w = _randn(m, k, dtype=dtype), _randn(n, k, dtype=dtype)
+    b = _randn(n, dtype=dtype)
 
     def run():
         if packed:
@@ -107,9 +108,9 @@ def _linear(m, n, k, dtype=torch.float32, packed=False, backward=False, strided=
 
 
 def _layer_norm(shape, backward=False, dtype=torch.float32, strided=False):
-    x, w, b = _randn(*shape, dtype=dtype), _randn(shape[-1], dtype=dtype), _randn(shape[-1], dtype=dtype)
-    if strided:  # every other row: copied by the host wrapper before launching
-        x = _randn(shape[0] * 2, shape[-1], dtype=dtype)[::2]
+    # strided: every other row, copied by the host wrapper before launching
+    x = _randn(shape[0] * 2, shape[-1], dtype=dtype)[::2] if strided else _randn(*shape, dtype=dtype)
+    w, b = _randn(shape[-1], dtype=dtype), _randn(shape[-1], dtype=dtype)
 
     def run():
         out, mean, rstd = torch.ops.xkernels.layer_norm_forward(x, [shape[-1]], w, b, 1e-5)

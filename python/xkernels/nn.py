@@ -143,6 +143,11 @@ class FusedLinearReLU(nn.Module):
         )
 
 
+def _grad_needed(*tensors: Tensor | None) -> bool:
+    """Grad mode is on and one of `tensors` (None skipped) requires grad: the packed ops (inference only) are out."""
+    return torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in tensors)
+
+
 def _packed_copy(
     module: nn.Module,
     input: Tensor,
@@ -158,9 +163,7 @@ def _packed_copy(
     w = module.weight
     if not module.pack_weight or torch.compiler.is_compiling():
         return None
-    if torch.is_grad_enabled() and (
-        w.requires_grad or input.requires_grad or (bias is not None and bias.requires_grad)
-    ):
+    if _grad_needed(w, input, bias):
         return None
     if w.device.type != "cpu" or input.device != w.device or input.dtype != w.dtype:
         return None
@@ -235,12 +238,7 @@ class _PackedConvCall:
         ):
             return None
         bias = module.bias
-        if torch.is_grad_enabled() and (
-            input.requires_grad
-            or w.requires_grad
-            or (bias is not None and bias.requires_grad)
-            or (residual is not None and residual.requires_grad)
-        ):
+        if _grad_needed(input, w, bias, residual):
             return None
         if _C.cpu_backend(self.dtype_name) != "sycl":
             return None
@@ -524,7 +522,7 @@ def conv2d_epilogue(
     contract); otherwise, and without ``relu``, the unfused sequence xkernels conv2d -> ``+ residual`` ->
     ``torch.relu`` (torch's broadcasting and type promotion for the add).
     """
-    if relu and (residual is None or _residual_fits(input, weight, stride, padding, dilation, residual)):
+    if _epilogue_fuses(input, weight, stride, padding, dilation, residual, relu):
         if packed_weight is not None:
             return ops.conv2d_packed(
                 input, packed_weight, weight.shape, bias, stride, padding, dilation, groups, residual, relu=True
@@ -539,6 +537,13 @@ def conv2d_epilogue(
     if relu:
         y = torch.relu(y)
     return y
+
+
+def _epilogue_fuses(
+    input: Tensor, weight: Tensor, stride, padding, dilation, residual: Tensor | None, relu: bool
+) -> bool:
+    """Whether conv2d_epilogue runs the fused op conv2d_relu (ReLU, and no residual or one that fits its contract)."""
+    return relu and (residual is None or _residual_fits(input, weight, stride, padding, dilation, residual))
 
 
 def _residual_fits(input: Tensor, weight: Tensor, stride, padding, dilation, residual: Tensor) -> bool:
@@ -592,7 +597,7 @@ class Conv2dEpilogue(Conv2d):
         )  # fmt: skip
         if packed is not None and (
             residual is None
-            or (self.relu and _residual_fits(input, self.weight, self.stride, self.padding, self.dilation, residual))
+            or _epilogue_fuses(input, self.weight, self.stride, self.padding, self.dilation, residual, self.relu)
         ):  # conv2d_epilogue's call was conv2d_packed alone (the fused epilogue, or no residual)
             _PackedConvCall.remember(self, input, packed, self.relu)
         return out
