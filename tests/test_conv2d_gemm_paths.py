@@ -10,7 +10,8 @@
   conv2d_packed's pre-packed panels) and grad_input; strided ones: forward with the sampled pixels read in place
   (the GEMM's row map) and grad_input;
 - 1x1 stride-1 NCHW convolutions of large images as one GEMM per image (the bias per row): forward, packed
-  forward, residual epilogue, grad_input;
+  forward, residual epilogue, grad_input; the other NCHW 1x1 forwards (small images, strides) as the pixel GEMM
+  writing the NCHW output in place, the input read in place or first copied to rows, bit-equal to channels_last;
 - grad_input of strided windows (the stem) as a GEMM per image into columns and a gathering col2im;
 - Winograd for convolutions with unpacked weights (U transformed per call) and for grad_input of 3x3 stride-1
   layers (the flipped, transposed weight); a counter proves the Winograd kernels ran.
@@ -451,7 +452,7 @@ def test_nchw_pointwise_per_image_gemm(sycl_cpu, dtype):
     image with the weight as A and the image's channel planes as B read in place, the bias per row. 33 x 32 pixels
     (a partial last column panel), 70 -> 100 channels (a partial row group), 2 images; conv2d with and without
     bias, conv2d_relu with a residual, conv2d_packed (the packed panels copied back to rows), grad_input; then the
-    same layer at 16 x 16 pixels keeps the direct kernel."""
+    same layer on a 16 x 16 slice of the images (not dense: no GEMM reads it in place) keeps the direct kernel."""
     torch.manual_seed(5)
     x = torch.randn(2, 70, 33, 32, dtype=dtype)
     w = torch.randn(100, 70, 1, 1, dtype=dtype)
@@ -486,6 +487,84 @@ def test_nchw_pointwise_per_image_gemm(sycl_cpu, dtype):
     small, ran = _kernels_run(lambda: xkernels.conv2d(x[:, :, :16, :16], w, b))
     assert any(k.startswith("conv2d_igemm") for k in ran), f"16x16: expected the direct kernel: {ran}"
     assert_close(small, ref[:, :, :16, :16], dtype, "NCHW 1x1 16x16", terms=70)
+
+
+# (N, C, H, W, O, stride, rows copied): 1x1 NCHW problems the pixel GEMM takes (Conv2dConfig: not stride 1 with
+# >= 1024 pixels per image). Rows that straddle images, partial column panels (O = 70, 49: at least 48 output
+# channels, else the pre-packed weight has the direct kernel's layout); at a stride with O >= 2C the input is first
+# copied to rows (conv2d_im2col), otherwise read in place (channels H * W apart).
+NCHW_PIXEL_CASES = {
+    "s1_small": (2, 40, 9, 7, 70, (1, 1), False),
+    "s1_many_out": (1, 16, 5, 6, 64, (1, 1), False),
+    "s2_in_place": (2, 64, 10, 8, 48, (2, 2), False),
+    "s2_copied": (3, 24, 13, 14, 70, (2, 2), True),
+    "s3x2_copied": (1, 16, 7, 9, 49, (3, 2), True),
+}
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16, torch.float16], ids=str)
+@pytest.mark.parametrize("case", NCHW_PIXEL_CASES.values(), ids=NCHW_PIXEL_CASES.keys())
+def test_nchw_pointwise_as_pixel_gemm(sycl_cpu, case, dtype):
+    """A 1x1 NCHW forward as the pixel GEMM (rows = output pixels, columns = output channels) writing the NCHW
+    output in place (its stores scatter over the channels, OH * OW apart): conv2d with and without bias,
+    conv2d_relu with an NCHW residual (read at the output's offsets), conv2d_packed with and without the epilogue;
+    one GEMM launch, the row copy only where the rule says, no direct kernel; against the oracle, and for float32
+    and float64 bit-equal to the channels_last route on the same values (the same products summed in the same
+    order): a wrong output or residual offset cannot hide inside the tolerance. At stride 1, grad_input likewise.
+    Half types accumulate in float: the oracle only."""
+    N, C, H, W, O, stride, copied = case
+    torch.manual_seed(8)
+    x = torch.randn(N, C, H, W, dtype=dtype)
+    w = torch.randn(O, C, 1, 1, dtype=dtype)
+    b = torch.randn(O, dtype=dtype)
+    x64, w64, b64 = x.double(), w.double(), b.double()
+    ref = F.conv2d(x64, w64, b64, stride)
+    ref_nobias = F.conv2d(x64, w64, None, stride)
+    res = torch.randn(ref.shape, dtype=dtype)
+    packed = xkernels.pack_conv2d_weight(w)
+
+    def runs(x):
+        return {
+            "conv2d": (lambda: xkernels.conv2d(x, w, stride=stride), ref_nobias),
+            "conv2d_bias": (lambda: xkernels.conv2d(x, w, b, stride=stride), ref),
+            "relu_residual": (
+                lambda: xkernels.conv2d_relu(x, w, b, stride=stride, residual=res),
+                torch.relu(ref + res.double()),
+            ),
+            "packed_relu": (
+                lambda: xkernels.conv2d_packed(x, packed, w.shape, b, stride=stride, relu=True),
+                ref.relu(),
+            ),
+            "packed": (lambda: xkernels.conv2d_packed(x, packed, w.shape, None, stride=stride), ref_nobias),
+        }
+
+    channels_last = runs(x.contiguous(memory_format=CL))
+    for name, (fn, expected) in runs(x).items():
+        with torch.no_grad():
+            out, counts = _launches(fn)
+        assert counts.get("linear_gemm_panel", 0) == 1 and "conv2d_igemm" not in counts, (name, counts)
+        assert counts.get("conv2d_im2col", 0) == (1 if copied else 0), (name, counts)
+        assert out.is_contiguous() and out.shape == expected.shape
+        assert_close(out, expected, dtype, f"NCHW pixel GEMM {name} {case}", terms=C + 2)
+        if dtype in (torch.float32, torch.float64):
+            with torch.no_grad():
+                cl = channels_last[name][0]()
+            assert torch.equal(out, cl), f"{name}: differs from the channels_last route"
+    if stride != (1, 1):  # strided NCHW grad_input: the GEMM per image and col2im (test above)
+        return
+    # grad_input at stride 1: grad_input [pixels, C] = grad_output [pixels, O] @ w [O, C], grad_output's pixels read
+    # in place and grad_input written as NCHW
+    go = torch.randn(ref.shape, dtype=dtype)
+    mask = [True, False, False]
+    (gi, _, _), counts = _launches(lambda: _backward(go, x, w, [1, 1], [0, 0], [1, 1], mask))
+    assert counts.get("linear_gemm_panel", 0) == 1 and "conv2d_igemm" not in counts, counts
+    assert gi.is_contiguous()
+    ref_gi, _, _ = _oracle_backward(go, x, w, [1, 1], [0, 0], [1, 1], mask)
+    assert_close(gi, ref_gi, dtype, f"NCHW pixel GEMM grad_input {case}", terms=O)
+    if dtype in (torch.float32, torch.float64):
+        gi_cl, _, _ = _backward(go.contiguous(memory_format=CL), x.contiguous(memory_format=CL), w, [1, 1], [0, 0],
+                                [1, 1], mask)  # fmt: skip
+        assert torch.equal(gi, gi_cl), "grad_input differs from the channels_last route"
 
 
 # grad_output that is not dense in the problem's format: expanded (what `out.sum().backward()` passes: every

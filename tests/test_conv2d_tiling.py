@@ -21,7 +21,8 @@ TILING_ENV = "XKERNELS_CONV2D_TILING"
 # (N, C, H, W, O, KH, KW, stride, padding, dilation, groups)
 LAYERS = {
     "deep3x3": (2, 96, 5, 6, 80, 3, 3, 1, 1, 1, 1),  # reduction 864 steps: several K blocks
-    "pointwise": (1, 72, 7, 7, 64, 1, 1, 1, 0, 1, 1),
+    # A 1x1 window with padding: the direct kernel (the GEMM routes take unpadded 1x1 layers in both formats).
+    "pointwise": (1, 72, 7, 7, 64, 1, 1, 1, 1, 1, 1),
     "strided_groups": (2, 64, 9, 8, 96, 3, 3, 2, 1, 1, 2),
     # The forward without K blocks runs a kernel row's taps as one row run (one address per pixel; channels_last:
     # KW * C contiguous elements) where every pixel of a tile has the whole row inside the input, in both memory

@@ -136,6 +136,17 @@ inline GemmRows gemm_rows(const at::Tensor& A) {
           A.stride(1)};
 }
 
+// Where the panel GEMM writes C (linear_gemm_panel_params' c_* fields): by default a dense [M, N] matrix; nchw(...):
+// the rows are the pixels of an NCHW tensor [N, C, OH, OW] (ow fastest) and the columns its channels, OH * OW apart
+// (a 1x1 convolution's NCHW output written in place; the residual is read at the same offsets).
+struct GemmOut {
+  int64_t ow = 0, ohw = 0, sn = 0, sh = 0, cs = 1;
+  bool rows_are_pixels() const { return ow > 0; }
+  static GemmOut nchw(const at::Tensor& out) {  // out: dense NCHW
+    return {out.size(3), out.size(2) * out.size(3), out.stride(0), out.stride(2), out.stride(1)};
+  }
+};
+
 // B [K, N] (any strides) -> [ceil(N / kCols), K, kCols] contiguous, the panel-major layout of
 // linear_gemm_panel's B operand (columns past N zero). Queued before the GEMM that reads it
 // (in-order queue); the caller keeps the result alive until that GEMM is done.
@@ -164,14 +175,20 @@ at::Tensor pack_panels(Launcher& L, const at::Tensor& B) {
 template <typename T, int S>
 void panel_gemm_lanes(Launcher& L, const at::Tensor& A, const T* b_ptr, int64_t ldb, int64_t panel_stride,
                       int64_t panel_cols, int64_t N, const at::Tensor& bias, bool relu, at::Tensor& C,
-                      at::Tensor& partial, bool accumulate, const T* res, bool bias_rows, bool split_k) {
+                      at::Tensor& partial, bool accumulate, const T* res, bool bias_rows, bool split_k,
+                      const GemmOut& out) {
   using G = xk::PanelTile<T, S>;
   using acc = xk::acc_t<T>;
   const GemmRows a = gemm_rows(A);
   const int64_t M = a.M, K = a.K;
   T* c_ptr = mptr<T>(C);
-  // K blocks: partial sums live in C itself when T is the accumulation type.
-  const int64_t k_block = a.ks == 1 ? xk::kPanelKBlock : GemmConfig::kPanelKBlockStridedA;
+  // K blocks: partial sums live in C itself when T is the accumulation type. Not where C's rows are pixels (an NCHW
+  // output): partial sums there would be scattered loads and stores once per block; the whole K in one pass.
+  TORCH_CHECK(!out.rows_are_pixels() || (!accumulate && !split_k),
+              "xkernels: a panel GEMM into an NCHW output neither accumulates nor splits K");
+  const int64_t k_block = out.rows_are_pixels() ? std::max<int64_t>(K, 1)
+                          : a.ks == 1           ? xk::kPanelKBlock
+                                                : GemmConfig::kPanelKBlockStridedA;
   acc* partial_ptr = nullptr;
   if (accumulate) {
     TORCH_CHECK((std::is_same_v<T, acc>) && !bias.defined() && !relu && res == nullptr,
@@ -228,7 +245,7 @@ void panel_gemm_lanes(Launcher& L, const at::Tensor& A, const T* b_ptr, int64_t 
                                                               .b_panel_stride = panel_stride,
                                                               .bias = cptr_or_null<T>(bias),
                                                               .C = c_ptr,
-                                                              .ldc = N,
+                                                              .ldc = out.rows_are_pixels() ? 1 : N,
                                                               .partial = partial_ptr,
                                                               .M = M,
                                                               .N = N,
@@ -245,7 +262,12 @@ void panel_gemm_lanes(Launcher& L, const at::Tensor& A, const T* b_ptr, int64_t 
                                                               .a_sh = a.sh,
                                                               .panel_block = panel_block,
                                                               .k_split = k_split,
-                                                              .splits = ranges > 1 ? mptr<T>(partial) : nullptr});
+                                                              .splits = ranges > 1 ? mptr<T>(partial) : nullptr,
+                                                              .c_ow = out.ow,
+                                                              .c_ohw = out.ohw,
+                                                              .c_sn = out.sn,
+                                                              .c_sh = out.sh,
+                                                              .c_cs = out.cs});
   });
   if (ranges > 1) {  // C += the later ranges' sums, in range order (C is dense [M, N]: one column of M * N)
     constexpr int64_t kLocal = 16;
@@ -263,31 +285,35 @@ void panel_gemm_lanes(Launcher& L, const at::Tensor& A, const T* b_ptr, int64_t 
 // epilogue(A @ B [+ bias] [+ res]), column n of B read at b_ptr + (n / panel_cols) * panel_stride + k * ldb +
 // n % panel_cols (B in place: panel_cols = panel_stride). `partial` receives the acc-type K-block scratch when
 // T is not the accumulation type, or split_k's scratch (the caller keeps it alive until the kernels are done).
-// accumulate: C += A @ B (no epilogue). res: [M, N] with C's row stride, added after the bias and before ReLU (null:
+// accumulate: C += A @ B (no epilogue). res: [M, N] at C's offsets, added after the bias and before ReLU (null:
 // none). bias_rows: the bias is per row (bias[m], M values) instead of per column. split_k (accumulation type, no
 // epilogue, dense C): K cut into ranges (GemmConfig::kSplitKLength) summed in parallel, then added in order (a
 // deterministic order that depends on the shape only, not the same rounding as one sequential sum). A: [M, K], or [N,
-// OH, OW, K] whose first three dimensions are the rows (gemm_rows).
+// OH, OW, K] whose first three dimensions are the rows (gemm_rows). out: where C's elements go (GemmOut; C is then
+// the NCHW tensor's storage and res has its offsets).
 template <typename T>
 void panel_gemm(Launcher& L, const at::Tensor& A, const T* b_ptr, int64_t ldb, int64_t panel_stride, int64_t panel_cols,
                 int64_t N, const at::Tensor& bias, bool relu, at::Tensor& C, at::Tensor& partial,
-                bool accumulate = false, const T* res = nullptr, bool bias_rows = false, bool split_k = false) {
+                bool accumulate = false, const T* res = nullptr, bool bias_rows = false, bool split_k = false,
+                const GemmOut& out = {}) {
   with_cpu_lanes(L, [&](auto S_) {
     panel_gemm_lanes<T, decltype(S_)::value>(L, A, b_ptr, ldb, panel_stride, panel_cols, N, bias, relu, C, partial,
-                                             accumulate, res, bias_rows, split_k);
+                                             accumulate, res, bias_rows, split_k, out);
   });
 }
 
 // C = epilogue(A @ B [+ bias] [+ res]) with C [M, N] contiguous; A [M, K] and B [K, N] are 2-D views
-// with any strides (the CPU variant also takes a 4-D A, gemm_rows); res (CPU variant only) as panel_gemm's.
+// with any strides (the CPU variant also takes a 4-D A, gemm_rows); res and out (CPU variant only) as panel_gemm's
+// (an NCHW output: the panel kernel).
 // Returns once the kernel is done for CPU tensors (temporaries die here).
 template <typename T>
 void gemm(Launcher& L, GemmVariant variant, const at::Tensor& A, const at::Tensor& B, const at::Tensor& bias, bool relu,
-          at::Tensor& C, const T* res = nullptr) {
+          at::Tensor& C, const T* res = nullptr, const GemmOut& out = {}) {
   const int64_t M = gemm_rows(A).M, K = B.size(0), N = B.size(1);
   at::Tensor packed, partial;  // temporaries: must outlive the kernel (see the wait at the end)
   TORCH_CHECK(res == nullptr || variant == GemmVariant::Cpu, "xkernels: a residual epilogue needs the CPU GEMM");
   TORCH_CHECK(A.dim() == 2 || variant == GemmVariant::Cpu, "xkernels: a 4-D A operand needs the CPU GEMM");
+  TORCH_CHECK(!out.rows_are_pixels() || variant == GemmVariant::Cpu, "xkernels: an NCHW output needs the CPU GEMM");
   if (variant == GemmVariant::Gpu) {
     using G = xk::TiledTile;
     const sycl::nd_range<2> range({static_cast<size_t>(ceil_div(M, G::kTile) * G::kLocal),
@@ -307,8 +333,8 @@ void gemm(Launcher& L, GemmVariant variant, const at::Tensor& A, const at::Tenso
                                                              .N = N,
                                                              .K = K});
     });
-  } else if (relu && res == nullptr && M <= GemmConfig::kDotMaxRows && A.dim() == 2 && A.stride(1) == 1 &&
-             B.stride(0) == 1) {
+  } else if (relu && res == nullptr && !out.rows_are_pixels() && M <= GemmConfig::kDotMaxRows && A.dim() == 2 &&
+             A.stride(1) == 1 && B.stride(0) == 1) {
     // Both operands unit-stride along k (the forward pass as given): dot products, no packing.
     // (Instantiated for the forward epilogues only, hence `relu`.)
     with_cpu_lanes(L, [&](auto S_) {
@@ -347,7 +373,7 @@ void gemm(Launcher& L, GemmVariant variant, const at::Tensor& A, const at::Tenso
       panel_stride = K * cols;
     }
     panel_gemm<T>(L, A, b_ptr, ldb, panel_stride, /*panel_cols=*/packed.defined() ? cols : panel_stride, N, bias, relu,
-                  C, partial, /*accumulate=*/false, res);
+                  C, partial, /*accumulate=*/false, res, /*bias_rows=*/false, /*split_k=*/false, out);
   }
   L.finish(C);
 }

@@ -116,6 +116,11 @@ struct linear_gemm_panel_params {
   // adds to C in range order. 0: one range.
   int64_t k_split;
   T* splits;
+  // C's rows as pixels, like A's (PanelRows, ldc the pixel stride): c_ow > 0: column n of row m, pixel (b, oh, ow),
+  // at C + b * c_sn + oh * c_sh + ow * ldc + n * c_cs (an NCHW output: ldc 1, c_cs = OH * OW; the stores scatter
+  // across the lanes); res at the same offsets. c_ow == 0: at C + m * ldc + n. The host neither splits nor blocks
+  // K with c_ow > 0 (no partial sums).
+  int64_t c_ow, c_ohw, c_sn, c_sh, c_cs;
 };
 // S: lane width (PanelTile); the tile fits AVX-512's register file at 16 lanes, AVX2's at 8.
 template <bool BIAS, bool RELU, int S = 16>
@@ -250,8 +255,8 @@ struct PanelRows {
 // One kRows x kCols tile at rows m0.., columns n0.., K range [k0, k1). MASK_N: the tile overhangs N.
 template <typename T, int S_, bool BIAS, bool RELU, bool MASK_N>
 inline void panel_tile(const T* A, PanelRows a_rows, int64_t a_ks, const T* Bp, int64_t ldb, const T* bias,
-                       bool bias_rows, const T* res, T* C, int64_t ldc, acc_t<T>* partial, int64_t M, int64_t N,
-                       int64_t m0, int64_t n0, int64_t k0, int64_t k1, bool first, bool last, int lane) {
+                       bool bias_rows, const T* res, T* C, PanelRows c_rows, int64_t c_cs, acc_t<T>* partial, int64_t M,
+                       int64_t N, int64_t m0, int64_t n0, int64_t k0, int64_t k1, bool first, bool last, int lane) {
   using acc = acc_t<T>;
   using G = PanelTile<T, S_>;
   constexpr int R = G::kRows, V = G::kColVecs, S = G::kSubGroup;
@@ -264,13 +269,20 @@ inline void panel_tile(const T* A, PanelRows a_rows, int64_t a_ks, const T* Bp, 
   const T* a_row[R];  // uniform
   XK_UNROLL
   for (int i = 0; i < R; ++i) a_row[i] = A + a_rows.offset(row[i]);
+  int64_t c_row[R];  // uniform: where row i's outputs start (C, partial, res)
+  XK_UNROLL
+  for (int i = 0; i < R; ++i) c_row[i] = c_rows.offset(row[i]);
+  // Column n's offset from its row's start: contiguous lanes (vector loads and stores) unless C's columns are
+  // c_cs apart (an NCHW output); a uniform branch.
+  const bool dense_cols = c_cs == 1;
+  auto at = [&](int i, int64_t n) { return c_row[i] + (dense_cols ? n : n * c_cs); };
 
   acc c[R][V];
   XK_UNROLL
   for (int i = 0; i < R; ++i) XK_UNROLL
   for (int j = 0; j < V; ++j) {
     c[i][j] = acc(0);
-    if (!first && col_ok[j]) c[i][j] = partial[row[i] * ldc + n0 + j * S + lane];
+    if (!first && col_ok[j]) c[i][j] = partial[at(i, n0 + j * S + lane)];
   }
 
   for (int64_t k = k0; k < k1; ++k) {
@@ -296,14 +308,14 @@ inline void panel_tile(const T* A, PanelRows a_rows, int64_t a_ks, const T* Bp, 
       if (!col_ok[j]) continue;
       const int64_t n = n0 + j * S + lane;
       if (!last) {
-        partial[row[i] * ldc + n] = c[i][j];
+        partial[at(i, n)] = c[i][j];
         continue;
       }
       acc v = c[i][j];
       if constexpr (BIAS) v = v + (bias_rows ? row_bias : ld(bias + n));
-      if (res != nullptr) v = v + ld(res + row[i] * ldc + n);
+      if (res != nullptr) v = v + ld(res + at(i, n));
       if constexpr (RELU) v = v < acc(0) ? acc(0) : v;  // NaN propagates, as torch.relu
-      C[row[i] * ldc + n] = from_acc<T>(v);
+      C[at(i, n)] = from_acc<T>(v);
     }
   }
 }
@@ -351,6 +363,8 @@ void linear_gemm_panel<BIAS, RELU, S>::run(item_arg<1> ia, const params<T>& p) {
       panels - block * p.panel_block < p.panel_block ? panels - block * p.panel_block : p.panel_block;
   const int64_t rg = g_in / block_width, panel = block * p.panel_block + g_in % block_width;
   const linear_detail::PanelRows a_rows{a_rs, p.a_ow, p.a_ohw, p.a_sn, p.a_sh};
+  const linear_detail::PanelRows c_rows{ldc, p.c_ow, p.c_ohw, p.c_sn, p.c_sh};
+  const int64_t c_cs = p.c_ow > 0 ? p.c_cs : 1;
   const int64_t n0 = panel * G::kCols;
   const T* Bp = B + (n0 / b_panel_cols) * b_panel_stride + n0 % b_panel_cols;
   const int64_t row_begin = rg * (G::kRows * G::kRowTilesPerGroup);
@@ -362,11 +376,11 @@ void linear_gemm_panel<BIAS, RELU, S>::run(item_arg<1> ia, const params<T>& p) {
     const bool first = k0 == k_begin && !accumulate, last = k1 == k_end;
     for (int64_t m0 = row_begin; m0 < row_end; m0 += G::kRows) {
       if (full_n)
-        linear_detail::panel_tile<T, S, BIAS, RELU, false>(A, a_rows, a_ks, Bp, ldb, bias, bias_rows, p.res, C, ldc,
-                                                           partial, M, N, m0, n0, k0, k1, first, last, lane);
+        linear_detail::panel_tile<T, S, BIAS, RELU, false>(A, a_rows, a_ks, Bp, ldb, bias, bias_rows, p.res, C, c_rows,
+                                                           c_cs, partial, M, N, m0, n0, k0, k1, first, last, lane);
       else
-        linear_detail::panel_tile<T, S, BIAS, RELU, true>(A, a_rows, a_ks, Bp, ldb, bias, bias_rows, p.res, C, ldc,
-                                                          partial, M, N, m0, n0, k0, k1, first, last, lane);
+        linear_detail::panel_tile<T, S, BIAS, RELU, true>(A, a_rows, a_ks, Bp, ldb, bias, bias_rows, p.res, C, c_rows,
+                                                          c_cs, partial, M, N, m0, n0, k0, k1, first, last, lane);
     }
   }
 }
