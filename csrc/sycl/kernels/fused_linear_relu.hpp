@@ -252,8 +252,12 @@ struct PanelRows {
   }
 };
 
-// One kRows x kCols tile at rows m0.., columns n0.., K range [k0, k1). MASK_N: the tile overhangs N.
-template <typename T, int S_, bool BIAS, bool RELU, bool MASK_N>
+// One kRows x kCols tile at rows m0.., columns n0.., K range [k0, k1). MASK_N: the tile overhangs N. PIXEL_OUT: C's
+// rows are pixels (c_rows) and its columns c_cs apart (an NCHW output; the stores scatter); otherwise row m of C
+// starts at m * c_rows.rs and its columns are contiguous (vector loads and stores: a separate instantiation, so
+// that the dense path's addresses stay visibly consecutive to the vectorizer; a run-time select between the two
+// made every channels_last 1x1 GEMM 7-29 % slower).
+template <typename T, int S_, bool BIAS, bool RELU, bool MASK_N, bool PIXEL_OUT>
 inline void panel_tile(const T* A, PanelRows a_rows, int64_t a_ks, const T* Bp, int64_t ldb, const T* bias,
                        bool bias_rows, const T* res, T* C, PanelRows c_rows, int64_t c_cs, acc_t<T>* partial, int64_t M,
                        int64_t N, int64_t m0, int64_t n0, int64_t k0, int64_t k1, bool first, bool last, int lane) {
@@ -269,13 +273,16 @@ inline void panel_tile(const T* A, PanelRows a_rows, int64_t a_ks, const T* Bp, 
   const T* a_row[R];  // uniform
   XK_UNROLL
   for (int i = 0; i < R; ++i) a_row[i] = A + a_rows.offset(row[i]);
-  int64_t c_row[R];  // uniform: where row i's outputs start (C, partial, res)
+  int64_t c_row[R];  // uniform: where row i's outputs start (C, partial, res) when they are pixels
   XK_UNROLL
-  for (int i = 0; i < R; ++i) c_row[i] = c_rows.offset(row[i]);
-  // Column n's offset from its row's start: contiguous lanes (vector loads and stores) unless C's columns are
-  // c_cs apart (an NCHW output); a uniform branch.
-  const bool dense_cols = c_cs == 1;
-  auto at = [&](int i, int64_t n) { return c_row[i] + (dense_cols ? n : n * c_cs); };
+  for (int i = 0; i < R; ++i) c_row[i] = PIXEL_OUT ? c_rows.offset(row[i]) : 0;
+  const int64_t ldc = c_rows.rs;
+  auto at = [&](int i, int64_t n) -> int64_t {  // the offset of C's element (row i of the tile, column n)
+    if constexpr (PIXEL_OUT)
+      return c_row[i] + n * c_cs;
+    else
+      return row[i] * ldc + n;
+  };
 
   acc c[R][V];
   XK_UNROLL
@@ -375,12 +382,22 @@ void linear_gemm_panel<BIAS, RELU, S>::run(item_arg<1> ia, const params<T>& p) {
     const int64_t k1 = k_end - k0 <= k_block ? k_end : k0 + k_block;
     const bool first = k0 == k_begin && !accumulate, last = k1 == k_end;
     for (int64_t m0 = row_begin; m0 < row_end; m0 += G::kRows) {
-      if (full_n)
-        linear_detail::panel_tile<T, S, BIAS, RELU, false>(A, a_rows, a_ks, Bp, ldb, bias, bias_rows, p.res, C, c_rows,
-                                                           c_cs, partial, M, N, m0, n0, k0, k1, first, last, lane);
+      if (p.c_ow > 0 && full_n)  // an NCHW output (uniform)
+        linear_detail::panel_tile<T, S, BIAS, RELU, false, true>(A, a_rows, a_ks, Bp, ldb, bias, bias_rows, p.res, C,
+                                                                 c_rows, c_cs, partial, M, N, m0, n0, k0, k1, first,
+                                                                 last, lane);
+      else if (p.c_ow > 0)
+        linear_detail::panel_tile<T, S, BIAS, RELU, true, true>(A, a_rows, a_ks, Bp, ldb, bias, bias_rows, p.res, C,
+                                                                c_rows, c_cs, partial, M, N, m0, n0, k0, k1, first,
+                                                                last, lane);
+      else if (full_n)
+        linear_detail::panel_tile<T, S, BIAS, RELU, false, false>(A, a_rows, a_ks, Bp, ldb, bias, bias_rows, p.res, C,
+                                                                  c_rows, c_cs, partial, M, N, m0, n0, k0, k1, first,
+                                                                  last, lane);
       else
-        linear_detail::panel_tile<T, S, BIAS, RELU, true>(A, a_rows, a_ks, Bp, ldb, bias, bias_rows, p.res, C, c_rows,
-                                                          c_cs, partial, M, N, m0, n0, k0, k1, first, last, lane);
+        linear_detail::panel_tile<T, S, BIAS, RELU, true, false>(A, a_rows, a_ks, Bp, ldb, bias, bias_rows, p.res, C,
+                                                                 c_rows, c_cs, partial, M, N, m0, n0, k0, k1, first,
+                                                                 last, lane);
     }
   }
 }
