@@ -281,6 +281,34 @@ def _kernels_run(fn):
     return out, set(rows)
 
 
+def _pointwise_layer(N, C, H, W, O, stride, dtype, seed):
+    """A 1x1 layer's NCHW input, weight, bias and a residual of the output's shape (NCHW)."""
+    torch.manual_seed(seed)
+    x = torch.randn(N, C, H, W, dtype=dtype)
+    w = torch.randn(O, C, 1, 1, dtype=dtype)
+    b = torch.randn(O, dtype=dtype)
+    res = torch.randn(N, O, (H - 1) // stride[0] + 1, (W - 1) // stride[1] + 1, dtype=dtype)  # 1x1, unpadded
+    return x, w, b, res
+
+
+def _pointwise_runs(x, w, b, res, stride):
+    """The 1x1 forwards of the GEMM-route tests by name, each with its float64 oracle: conv2d without and with
+    bias, conv2d_relu with a residual, conv2d_packed with and without the fused bias + ReLU epilogue."""
+    x64, w64, b64 = x.double(), w.double(), b.double()
+    ref, ref_nobias = F.conv2d(x64, w64, b64, stride), F.conv2d(x64, w64, None, stride)
+    packed = xkernels.pack_conv2d_weight(w)
+    return {
+        "conv2d": (lambda: xkernels.conv2d(x, w, stride=stride), ref_nobias),
+        "conv2d_bias": (lambda: xkernels.conv2d(x, w, b, stride=stride), ref),
+        "relu_residual": (
+            lambda: xkernels.conv2d_relu(x, w, b, stride=stride, residual=res),
+            torch.relu(ref + res.double()),
+        ),
+        "packed_relu": (lambda: xkernels.conv2d_packed(x, packed, w.shape, b, stride=stride, relu=True), ref.relu()),
+        "packed": (lambda: xkernels.conv2d_packed(x, packed, w.shape, None, stride=stride), ref_nobias),
+    }
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=str)
 def test_pointwise_forward_and_grad_input_as_gemm(sycl_cpu, dtype):
     """1x1, stride 1, channels_last: conv2d (no bias, bias), conv2d_relu with bias and with bias + residual,
@@ -373,29 +401,13 @@ STRIDED_FWD_CASES = {
 @pytest.mark.parametrize("case", STRIDED_FWD_CASES.values(), ids=STRIDED_FWD_CASES.keys())
 def test_strided_pointwise_forward_as_gemm(sycl_cpu, case, dtype):
     """Forward of a strided 1x1 channels_last convolution: the panel GEMM reads the sampled pixels in place (its
-    row map over [N, OH, OW]); conv2d, conv2d_relu with a residual, conv2d_packed with and without an epilogue,
-    each against the oracle, with the GEMM launched once and no direct kernel. bfloat16 too: AMX takes stride-1
-    problems only, so the strided ones run this GEMM (accumulating in float) on every CPU."""
+    row map over [N, OH, OW]); conv2d with and without bias, conv2d_relu with a residual, conv2d_packed with and
+    without an epilogue, each against the oracle, with the GEMM launched once and no direct kernel. bfloat16 too:
+    AMX takes stride-1 problems only, so the strided ones run this GEMM (accumulating in float) on every CPU."""
     N, C, H, W, O, stride = case
-    torch.manual_seed(6)
-    x = torch.randn(N, C, H, W, dtype=dtype).contiguous(memory_format=CL)
-    w = torch.randn(O, C, 1, 1, dtype=dtype)
-    b = torch.randn(O, dtype=dtype)
-    x64, w64, b64 = x.double(), w.double(), b.double()
-    ref = F.conv2d(x64, w64, b64, stride)
-    ref_nobias = F.conv2d(x64, w64, None, stride)
-    res = torch.randn(ref.shape, dtype=dtype)
-    packed = xkernels.pack_conv2d_weight(w)
-    runs = {
-        "conv2d": (lambda: xkernels.conv2d(x, w, stride=stride), ref_nobias),
-        "relu_residual": (
-            lambda: xkernels.conv2d_relu(x, w, b, stride=stride, residual=res),
-            torch.relu(ref + res.double()),
-        ),
-        "packed_relu": (lambda: xkernels.conv2d_packed(x, packed, w.shape, b, stride=stride, relu=True), ref.relu()),
-        "packed": (lambda: xkernels.conv2d_packed(x, packed, w.shape, None, stride=stride), ref_nobias),
-    }
-    for name, (fn, expected) in runs.items():
+    x, w, b, res = _pointwise_layer(N, C, H, W, O, stride, dtype, seed=6)
+    x = x.contiguous(memory_format=CL)
+    for name, (fn, expected) in _pointwise_runs(x, w, b, res, stride).items():
         with torch.no_grad():
             out, counts = _launches(fn)
         assert counts.get("linear_gemm_panel", 0) == 1 and "conv2d_igemm" not in counts, (name, counts)
@@ -513,33 +525,9 @@ def test_nchw_pointwise_as_pixel_gemm(sycl_cpu, case, dtype):
     order): a wrong output or residual offset cannot hide inside the tolerance. At stride 1, grad_input likewise.
     Half types accumulate in float: the oracle only."""
     N, C, H, W, O, stride, copied = case
-    torch.manual_seed(8)
-    x = torch.randn(N, C, H, W, dtype=dtype)
-    w = torch.randn(O, C, 1, 1, dtype=dtype)
-    b = torch.randn(O, dtype=dtype)
-    x64, w64, b64 = x.double(), w.double(), b.double()
-    ref = F.conv2d(x64, w64, b64, stride)
-    ref_nobias = F.conv2d(x64, w64, None, stride)
-    res = torch.randn(ref.shape, dtype=dtype)
-    packed = xkernels.pack_conv2d_weight(w)
-
-    def runs(x):
-        return {
-            "conv2d": (lambda: xkernels.conv2d(x, w, stride=stride), ref_nobias),
-            "conv2d_bias": (lambda: xkernels.conv2d(x, w, b, stride=stride), ref),
-            "relu_residual": (
-                lambda: xkernels.conv2d_relu(x, w, b, stride=stride, residual=res),
-                torch.relu(ref + res.double()),
-            ),
-            "packed_relu": (
-                lambda: xkernels.conv2d_packed(x, packed, w.shape, b, stride=stride, relu=True),
-                ref.relu(),
-            ),
-            "packed": (lambda: xkernels.conv2d_packed(x, packed, w.shape, None, stride=stride), ref_nobias),
-        }
-
-    channels_last = runs(x.contiguous(memory_format=CL))
-    for name, (fn, expected) in runs(x).items():
+    x, w, b, res = _pointwise_layer(N, C, H, W, O, stride, dtype, seed=8)
+    channels_last = _pointwise_runs(x.contiguous(memory_format=CL), w, b, res, stride)
+    for name, (fn, expected) in _pointwise_runs(x, w, b, res, stride).items():
         with torch.no_grad():
             out, counts = _launches(fn)
         assert counts.get("linear_gemm_panel", 0) == 1 and "conv2d_igemm" not in counts, (name, counts)
@@ -554,7 +542,7 @@ def test_nchw_pointwise_as_pixel_gemm(sycl_cpu, case, dtype):
         return
     # grad_input at stride 1: grad_input [pixels, C] = grad_output [pixels, O] @ w [O, C], grad_output's pixels read
     # in place and grad_input written as NCHW
-    go = torch.randn(ref.shape, dtype=dtype)
+    go = torch.randn(res.shape, dtype=dtype)
     mask = [True, False, False]
     (gi, _, _), counts = _launches(lambda: _backward(go, x, w, [1, 1], [0, 0], [1, 1], mask))
     assert counts.get("linear_gemm_panel", 0) == 1 and "conv2d_igemm" not in counts, counts
