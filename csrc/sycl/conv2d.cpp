@@ -692,8 +692,8 @@ bool pointwise_cl_gemm_fits(const Launcher& L, const Conv2dProblem& p, const at:
 // same products summed in the same order as the channels_last route: bit-identical results. Measured against the
 // direct kernel (conv2d_igemm) and image_gemms, ResNet-50's NCHW 1x1 layers with pre-packed weights at batch 1 and 8
 // (2-core Intel Xeon, AVX-512 + AMX, 2026-12-07, docs/performance.md): 1.03-1.42x faster except at 56x56 stride 1
-// (0.62-0.92x against image_gemms, which keeps them); copying the rows first: 1.03-1.37x faster at a stride with
-// O >= 2C, 0.71-0.94x at stride 1 or with fewer output channels.
+// (0.62-0.92x against image_gemms, which keeps them); copying the rows first, at a stride with O >= 2C: 1.06-1.37x
+// faster at batch 8, 0.96-1.19x at batch 1; at stride 1 or with fewer output channels mostly slower (0.71-0.94x).
 bool pointwise_nchw_gemm_fits(const Launcher& L, const Conv2dProblem& p, const at::Tensor& dense_nchw) {
   return p.KH == 1 && p.KW == 1 && p.padding == std::array<int64_t, 2>{0, 0} && p.groups == 1 && !p.channels_last &&
          !(p.stride == std::array<int64_t, 2>{1, 1} && p.H * p.W >= Conv2dConfig::kImageGemmMinPixels) &&
@@ -1194,7 +1194,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> backward(Launcher L, const at::Te
         done = true;
       } else if (p.stride == std::array<int64_t, 2>{1, 1} && pointwise_nchw_gemm_fits(L, p, go)) {
         // 1x1, NCHW, smaller images: the pixel GEMM, grad_output's pixels read in place and grad_input written as
-        // NCHW (1.12-1.45x faster than the direct kernel on ResNet-50's 28x28, 14x14 and 7x7 layers at batch 1 and 8,
+        // NCHW (1.13-1.44x faster than the direct kernel on ResNet-50's 28x28, 14x14 and 7x7 layers at batch 1 and 8,
         // 2-core Intel Xeon, 2026-12-07; docs/performance.md)
         gemm<T>(L, GemmVariant::Cpu, go.permute({0, 2, 3, 1}), weight.reshape({p.O, p.C}), at::Tensor(),
                 /*relu=*/false, gi, nullptr, GemmOut::nchw(gi));
