@@ -138,6 +138,15 @@ CONV_CASES = [
     ),
     ("1x1 cl packed", {}, "packed", (2, 32, 8, 8), (64, 32, 1, 1), CL_),
     ("1x1 NCHW: per-image GEMM", {}, "fwd", (2, 32, 32, 32), (40, 32, 1, 1), {}),
+    ("1x1 NCHW small image: pixel GEMM into NCHW", {}, "relu+res", (2, 32, 8, 8), (48, 32, 1, 1), {}),
+    (
+        "1x1 NCHW stride 2, O >= 2C: rows copied, then the pixel GEMM",
+        {},
+        "fwd",
+        (2, 16, 8, 8),
+        (48, 16, 1, 1),
+        {"stride": 2},
+    ),
     ("1x1 NCHW packed: per-image GEMM, weight unpacked", {}, "packed", (1, 32, 32, 32), (64, 32, 1, 1), {}),
     ("3x3 Winograd, weight transformed per call", WINO, "fwd", (1, 64, 10, 10), (64, 64, 3, 3), CL_ | {"padding": 1}),
     ("3x3 Winograd, bf16 weight widened", WINO, "fwd", (1, 64, 10, 10), (64, 64, 3, 3), {"padding": 1, "dtype": BF16}),
@@ -166,6 +175,7 @@ CONV_CASES = [
     ("backward 1x1 cl, expanded gradient copied dense", {}, "bwd-expanded", (2, 32, 8, 8), (48, 32, 1, 1), CL_),
     ("backward 1x1 stride 2 cl", {}, "bwd", (2, 32, 8, 8), (48, 32, 1, 1), CL_ | {"stride": 2}),
     ("backward 1x1 NCHW: per-image GEMMs", {}, "bwd", (1, 32, 32, 32), (40, 32, 1, 1), {}),
+    ("backward 1x1 NCHW small image: pixel GEMM grad_input", {}, "bwd", (2, 32, 8, 8), (48, 32, 1, 1), {}),
     (
         "backward 3x3 cl: Winograd grad_input, window grad_weight",
         WINO,

@@ -678,26 +678,31 @@ void amx_conv2d(Launcher& L, const Conv2dProblem& p, const at::Tensor& x, const 
 // 1x1 layers at batch 2: 1.15-2.3x faster than conv2d_igemm with the per-call weight packing; its six stride-2 1x1
 // layers with pre-packed weights (one process, 2026-12-06): 1.05-1.49x faster than conv2d_igemm at batch 1 and 8,
 // bit-identical (the same products summed in the same order).
-// A 1x1, unpadded, one-group problem over a dense channels_last tensor on a device that runs the CPU GEMM kernels,
-// any stride: the GEMM routes' common condition (pixel_gemm_fits at stride 1, strided_pixel_gemm_fits above it).
+// A 1x1, unpadded, one-group problem on a device that runs the CPU GEMM kernels: what every 1x1 GEMM route needs.
+bool pointwise_gemm_problem(const Launcher& L, const Conv2dProblem& p) {
+  return p.KH == 1 && p.KW == 1 && p.padding == std::array<int64_t, 2>{0, 0} && p.groups == 1 &&
+         choose_gemm_variant(L, "conv2d") == GemmVariant::Cpu;
+}
+// ... over a dense channels_last tensor, any stride: the GEMM routes' common condition (pixel_gemm_fits at stride 1,
+// strided_pixel_gemm_fits above it).
 bool pointwise_cl_gemm_fits(const Launcher& L, const Conv2dProblem& p, const at::Tensor& dense_cl) {
-  return p.KH == 1 && p.KW == 1 && p.padding == std::array<int64_t, 2>{0, 0} && p.groups == 1 && p.channels_last &&
-         dense_cl.is_contiguous(at::MemoryFormat::ChannelsLast) && choose_gemm_variant(L, "conv2d") == GemmVariant::Cpu;
+  return p.channels_last && dense_cl.is_contiguous(at::MemoryFormat::ChannelsLast) && pointwise_gemm_problem(L, p);
 }
 // The same GEMM for a dense NCHW tensor (a 1x1, unpadded, one-group problem, any stride), except stride-1 layers
 // with large images (image_gemms, below): the rows are the output pixels, the input read in place (channels H * W
 // apart; gemm_rows) or, at a stride with at least twice as many output as input channels, first copied to [pixels,
 // C] rows (conv2d_im2col: a strided read wastes part of every cache line, and each row is read once per 64 output
-// channels); the output written in place as NCHW (gemm.h GemmOut::nchw: the stores scatter over the channels). The
+// channels); the output written in place as NCHW (its [N, OH, OW, O] view as the GEMM's 4-D C: the stores scatter
+// over the channels). The
 // same products summed in the same order as the channels_last route: bit-identical results. Measured against the
 // direct kernel (conv2d_igemm) and image_gemms, ResNet-50's NCHW 1x1 layers with pre-packed weights at batch 1 and 8
 // (2-core Intel Xeon, AVX-512 + AMX, 2026-12-07, docs/performance.md): 1.03-1.42x faster except at 56x56 stride 1
 // (0.62-0.92x against image_gemms, which keeps them); copying the rows first, at a stride with O >= 2C: 1.06-1.37x
 // faster at batch 8, 0.96-1.19x at batch 1; at stride 1 or with fewer output channels mostly slower (0.71-0.94x).
 bool pointwise_nchw_gemm_fits(const Launcher& L, const Conv2dProblem& p, const at::Tensor& dense_nchw) {
-  return p.KH == 1 && p.KW == 1 && p.padding == std::array<int64_t, 2>{0, 0} && p.groups == 1 && !p.channels_last &&
+  return !p.channels_last && dense_nchw.is_contiguous() &&
          !(p.stride == std::array<int64_t, 2>{1, 1} && p.H * p.W >= Conv2dConfig::kImageGemmMinPixels) &&
-         dense_nchw.is_contiguous() && choose_gemm_variant(L, "conv2d") == GemmVariant::Cpu;
+         pointwise_gemm_problem(L, p);
 }
 bool pointwise_nchw_copies_rows(const Launcher& L, const Conv2dProblem& p) {
   return p.stride != std::array<int64_t, 2>{1, 1} && p.O >= 2 * p.C &&
@@ -752,7 +757,7 @@ bool forward_pixel_gemm(Launcher& L, const Conv2dProblem& p, const at::Tensor& x
   const at::Tensor x2 = p.stride == std::array<int64_t, 2>{1, 1} && !nchw
                             ? pixel_rows(x)
                             : x.permute({0, 2, 3, 1}).slice(1, 0, p.H, p.stride[0]).slice(2, 0, p.W, p.stride[1]);
-  at::Tensor out2 = nchw ? out : pixel_rows(out);
+  at::Tensor out2 = nchw ? out.permute({0, 2, 3, 1}) : pixel_rows(out);  // NCHW: a 4-D C, rows = pixels
   at::Tensor a_rows;  // the copied rows (pointwise_nchw_copies_rows): alive until the wait below
   if (nchw && pointwise_nchw_copies_rows(L, p)) {
     const int64_t M = p.N * p.OH * p.OW;
@@ -760,16 +765,14 @@ bool forward_pixel_gemm(Launcher& L, const Conv2dProblem& p, const at::Tensor& x
     launch_im2col<T>(L, p, x, a_rows, 0, M, p.C, /*cl_order=*/true, /*rows=*/false);  // queued before the GEMM
   }
   const at::Tensor& xa = a_rows.defined() ? a_rows : x2;
-  const GemmOut where = nchw ? GemmOut::nchw(out) : GemmOut{};
   const T* res = r.defined() ? cptr<T>(r) : nullptr;  // dense in out's layout (conv2d_as_4d_dense): out's offsets
   if (prepacked.defined()) {
     at::Tensor partial;  // the K-block scratch of half types: alive until the wait below
-    panel_gemm<T>(L, xa, cptr<T>(prepacked), P, p.C * P, P, p.O, b, relu, out2, partial, /*accumulate=*/false, res,
-                  /*bias_rows=*/false, /*split_k=*/false, where);
+    panel_gemm<T>(L, xa, cptr<T>(prepacked), P, p.C * P, P, p.O, b, relu, out2, partial, /*accumulate=*/false, res);
     L.finish(x);
     return true;
   }
-  gemm<T>(L, GemmVariant::Cpu, xa, weight.reshape({p.O, p.C}).t(), b, relu, out2, res, where);
+  gemm<T>(L, GemmVariant::Cpu, xa, weight.reshape({p.O, p.C}).t(), b, relu, out2, res);
   return true;
 }
 
@@ -784,10 +787,8 @@ bool forward_pixel_gemm(Launcher& L, const Conv2dProblem& p, const at::Tensor& x
 // 0.72-0.80x at batch 8, where an image's 196 or 49 pixels make at most 4 column panels, the last mostly idle
 // lanes. Hence the kImageGemmMinPixels rule (Conv2dConfig).
 bool image_gemm_fits(const Launcher& L, const Conv2dProblem& p, const at::Tensor& dense_nchw) {
-  return p.KH == 1 && p.KW == 1 && p.stride == std::array<int64_t, 2>{1, 1} &&
-         p.padding == std::array<int64_t, 2>{0, 0} && p.groups == 1 && !p.channels_last &&
-         p.H * p.W >= Conv2dConfig::kImageGemmMinPixels && dense_nchw.is_contiguous() &&
-         choose_gemm_variant(L, "conv2d") == GemmVariant::Cpu;
+  return p.stride == std::array<int64_t, 2>{1, 1} && !p.channels_last &&
+         p.H * p.W >= Conv2dConfig::kImageGemmMinPixels && dense_nchw.is_contiguous() && pointwise_gemm_problem(L, p);
 }
 
 // dst[n] [M, H*W] = epilogue(A [M, K] @ src[n] [K, H*W]) for every image n of the dense NCHW src / dst (see
@@ -1196,8 +1197,9 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> backward(Launcher L, const at::Te
         // 1x1, NCHW, smaller images: the pixel GEMM, grad_output's pixels read in place and grad_input written as
         // NCHW (1.13-1.44x faster than the direct kernel on ResNet-50's 28x28, 14x14 and 7x7 layers at batch 1 and 8,
         // 2-core Intel Xeon, 2026-12-07; docs/performance.md)
+        at::Tensor gi_pixels = gi.permute({0, 2, 3, 1});
         gemm<T>(L, GemmVariant::Cpu, go.permute({0, 2, 3, 1}), weight.reshape({p.O, p.C}), at::Tensor(),
-                /*relu=*/false, gi, nullptr, GemmOut::nchw(gi));
+                /*relu=*/false, gi_pixels);
         done = true;
       }
       if constexpr (std::is_same_v<T, float>) {

@@ -136,17 +136,6 @@ inline GemmRows gemm_rows(const at::Tensor& A) {
           A.stride(1)};
 }
 
-// Where the panel GEMM writes C (linear_gemm_panel_params' c_* fields): by default a dense [M, N] matrix; nchw(...):
-// the rows are the pixels of an NCHW tensor [N, C, OH, OW] (ow fastest) and the columns its channels, OH * OW apart
-// (a 1x1 convolution's NCHW output written in place; the residual is read at the same offsets).
-struct GemmOut {
-  int64_t ow = 0, ohw = 0, sn = 0, sh = 0, cs = 1;
-  bool rows_are_pixels() const { return ow > 0; }
-  static GemmOut nchw(const at::Tensor& out) {  // out: dense NCHW
-    return {out.size(3), out.size(2) * out.size(3), out.stride(0), out.stride(2), out.stride(1)};
-  }
-};
-
 // B [K, N] (any strides) -> [ceil(N / kCols), K, kCols] contiguous, the panel-major layout of
 // linear_gemm_panel's B operand (columns past N zero). Queued before the GEMM that reads it
 // (in-order queue); the caller keeps the result alive until that GEMM is done.
@@ -175,20 +164,22 @@ at::Tensor pack_panels(Launcher& L, const at::Tensor& B) {
 template <typename T, int S>
 void panel_gemm_lanes(Launcher& L, const at::Tensor& A, const T* b_ptr, int64_t ldb, int64_t panel_stride,
                       int64_t panel_cols, int64_t N, const at::Tensor& bias, bool relu, at::Tensor& C,
-                      at::Tensor& partial, bool accumulate, const T* res, bool bias_rows, bool split_k,
-                      const GemmOut& out) {
+                      at::Tensor& partial, bool accumulate, const T* res, bool bias_rows, bool split_k) {
   using G = xk::PanelTile<T, S>;
   using acc = xk::acc_t<T>;
   const GemmRows a = gemm_rows(A);
   const int64_t M = a.M, K = a.K;
   T* c_ptr = mptr<T>(C);
-  // K blocks: partial sums live in C itself when T is the accumulation type. Not where C's rows are pixels (an NCHW
-  // output): partial sums there would be scattered loads and stores once per block; the whole K in one pass.
-  TORCH_CHECK(!out.rows_are_pixels() || (!accumulate && !split_k),
-              "xkernels: a panel GEMM into an NCHW output neither accumulates nor splits K");
-  const int64_t k_block = out.rows_are_pixels() ? std::max<int64_t>(K, 1)
-                          : a.ks == 1           ? xk::kPanelKBlock
-                                                : GemmConfig::kPanelKBlockStridedA;
+  // A 4-D C: its rows are pixels, like A's (gemm_rows; an NCHW output's [N, OH, OW, O] view: columns OH * OW apart).
+  const bool pixel_out = C.dim() == 4;
+  const GemmRows c = pixel_out ? gemm_rows(C) : GemmRows{M, N, N, 1};
+  // K blocks: partial sums live in C itself when T is the accumulation type. Not where C's rows are pixels: partial
+  // sums there would be scattered loads and stores once per block; the whole K in one pass.
+  TORCH_CHECK(!pixel_out || (!accumulate && !split_k),
+              "xkernels: a panel GEMM into a 4-D (pixel-row) output neither accumulates nor splits K");
+  const int64_t k_block = pixel_out   ? std::max<int64_t>(K, 1)
+                          : a.ks == 1 ? xk::kPanelKBlock
+                                      : GemmConfig::kPanelKBlockStridedA;
   acc* partial_ptr = nullptr;
   if (accumulate) {
     TORCH_CHECK((std::is_same_v<T, acc>) && !bias.defined() && !relu && res == nullptr,
@@ -245,7 +236,7 @@ void panel_gemm_lanes(Launcher& L, const at::Tensor& A, const T* b_ptr, int64_t 
                                                               .b_panel_stride = panel_stride,
                                                               .bias = cptr_or_null<T>(bias),
                                                               .C = c_ptr,
-                                                              .ldc = out.rows_are_pixels() ? 1 : N,
+                                                              .ldc = c.rs,
                                                               .partial = partial_ptr,
                                                               .M = M,
                                                               .N = N,
@@ -263,11 +254,11 @@ void panel_gemm_lanes(Launcher& L, const at::Tensor& A, const T* b_ptr, int64_t 
                                                               .panel_block = panel_block,
                                                               .k_split = k_split,
                                                               .splits = ranges > 1 ? mptr<T>(partial) : nullptr,
-                                                              .c_ow = out.ow,
-                                                              .c_ohw = out.ohw,
-                                                              .c_sn = out.sn,
-                                                              .c_sh = out.sh,
-                                                              .c_cs = out.cs});
+                                                              .c_ow = c.ow,
+                                                              .c_ohw = c.ohw,
+                                                              .c_sn = c.sn,
+                                                              .c_sh = c.sh,
+                                                              .c_cs = c.ks});
   });
   if (ranges > 1) {  // C += the later ranges' sums, in range order (C is dense [M, N]: one column of M * N)
     constexpr int64_t kLocal = 16;
@@ -289,31 +280,30 @@ void panel_gemm_lanes(Launcher& L, const at::Tensor& A, const T* b_ptr, int64_t 
 // none). bias_rows: the bias is per row (bias[m], M values) instead of per column. split_k (accumulation type, no
 // epilogue, dense C): K cut into ranges (GemmConfig::kSplitKLength) summed in parallel, then added in order (a
 // deterministic order that depends on the shape only, not the same rounding as one sequential sum). A: [M, K], or [N,
-// OH, OW, K] whose first three dimensions are the rows (gemm_rows). out: where C's elements go (GemmOut; C is then
-// the NCHW tensor's storage and res has its offsets).
+// OH, OW, K] whose first three dimensions are the rows (gemm_rows). C: [M, N] dense, or like A [N, OH, OW, N] with
+// any strides (an NCHW output's permuted view; res then has its offsets).
 template <typename T>
 void panel_gemm(Launcher& L, const at::Tensor& A, const T* b_ptr, int64_t ldb, int64_t panel_stride, int64_t panel_cols,
                 int64_t N, const at::Tensor& bias, bool relu, at::Tensor& C, at::Tensor& partial,
-                bool accumulate = false, const T* res = nullptr, bool bias_rows = false, bool split_k = false,
-                const GemmOut& out = {}) {
+                bool accumulate = false, const T* res = nullptr, bool bias_rows = false, bool split_k = false) {
   with_cpu_lanes(L, [&](auto S_) {
     panel_gemm_lanes<T, decltype(S_)::value>(L, A, b_ptr, ldb, panel_stride, panel_cols, N, bias, relu, C, partial,
-                                             accumulate, res, bias_rows, split_k, out);
+                                             accumulate, res, bias_rows, split_k);
   });
 }
 
 // C = epilogue(A @ B [+ bias] [+ res]) with C [M, N] contiguous; A [M, K] and B [K, N] are 2-D views
-// with any strides (the CPU variant also takes a 4-D A, gemm_rows); res and out (CPU variant only) as panel_gemm's
-// (an NCHW output: the panel kernel).
+// with any strides (the CPU variant also takes a 4-D A, gemm_rows); res and a 4-D C (CPU variant only) as
+// panel_gemm's (a 4-D C: the panel kernel).
 // Returns once the kernel is done for CPU tensors (temporaries die here).
 template <typename T>
 void gemm(Launcher& L, GemmVariant variant, const at::Tensor& A, const at::Tensor& B, const at::Tensor& bias, bool relu,
-          at::Tensor& C, const T* res = nullptr, const GemmOut& out = {}) {
+          at::Tensor& C, const T* res = nullptr) {
   const int64_t M = gemm_rows(A).M, K = B.size(0), N = B.size(1);
   at::Tensor packed, partial;  // temporaries: must outlive the kernel (see the wait at the end)
   TORCH_CHECK(res == nullptr || variant == GemmVariant::Cpu, "xkernels: a residual epilogue needs the CPU GEMM");
   TORCH_CHECK(A.dim() == 2 || variant == GemmVariant::Cpu, "xkernels: a 4-D A operand needs the CPU GEMM");
-  TORCH_CHECK(!out.rows_are_pixels() || variant == GemmVariant::Cpu, "xkernels: an NCHW output needs the CPU GEMM");
+  TORCH_CHECK(C.dim() == 2 || variant == GemmVariant::Cpu, "xkernels: a 4-D C operand needs the CPU GEMM");
   if (variant == GemmVariant::Gpu) {
     using G = xk::TiledTile;
     const sycl::nd_range<2> range({static_cast<size_t>(ceil_div(M, G::kTile) * G::kLocal),
@@ -333,7 +323,7 @@ void gemm(Launcher& L, GemmVariant variant, const at::Tensor& A, const at::Tenso
                                                              .N = N,
                                                              .K = K});
     });
-  } else if (relu && res == nullptr && !out.rows_are_pixels() && M <= GemmConfig::kDotMaxRows && A.dim() == 2 &&
+  } else if (relu && res == nullptr && M <= GemmConfig::kDotMaxRows && A.dim() == 2 && C.dim() == 2 &&
              A.stride(1) == 1 && B.stride(0) == 1) {
     // Both operands unit-stride along k (the forward pass as given): dot products, no packing.
     // (Instantiated for the forward epilogues only, hence `relu`.)
@@ -373,7 +363,7 @@ void gemm(Launcher& L, GemmVariant variant, const at::Tensor& A, const at::Tenso
       panel_stride = K * cols;
     }
     panel_gemm<T>(L, A, b_ptr, ldb, panel_stride, /*panel_cols=*/packed.defined() ? cols : panel_stride, N, bias, relu,
-                  C, partial, /*accumulate=*/false, res, /*bias_rows=*/false, /*split_k=*/false, out);
+                  C, partial, /*accumulate=*/false, res);
   }
   L.finish(C);
 }
