@@ -997,6 +997,30 @@ MUTANTS: list[Mutant] = [
         "tests/test_conv2d_gemm_paths.py -k pixel_gemm",
         "NCHW 1x1 pixel GEMM: the input copied to rows where the rule reads it in place, and the reverse",
     ),
+    M(
+        "ops-call-below-autograd-with-grad",
+        "python/xkernels/ops.py",
+        "        or (torch.is_grad_enabled() and torch._C._any_requires_grad(*args))\n",
+        "",
+        "tests/test_nn.py -k python_autograd_kernel",
+        "ops._call: below autograd even where an argument requires grad (no graph, no gradients)",
+    ),
+    M(
+        "ops-call-below-autograd-under-dispatch-mode",
+        "python/xkernels/ops.py",
+        "        or torch._C._len_torch_dispatch_stack() > 0\n",
+        "",
+        "tests/test_nn.py -k python_autograd_kernel",
+        "ops._call: below autograd under a TorchDispatchMode (the mode no longer sees layer_norm_forward)",
+    ),
+    M(
+        "nn-linear-small-m-rule-flipped",
+        "python/xkernels/nn.py",
+        "input.numel() <= _unpacked_max_rows() * input.shape[-1]",
+        "input.numel() > _unpacked_max_rows() * input.shape[-1]",
+        "tests/test_nn.py -k small_m",
+        "FusedLinearReLU(pack_weight=True): the small-M rule flipped (unpacked for many rows, packed for few)",
+    ),
 ]
 
 

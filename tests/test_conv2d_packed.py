@@ -349,7 +349,7 @@ def test_modules_with_packed_caches_pickle(sycl_backend, make, tmp_path):
     the loaded module computes the same result (its caches are rebuilt)."""
     torch.manual_seed(0)
     if make == "linear":
-        m, x = xnn.FusedLinearReLU(6, 5, pack_weight=True), torch.randn(3, 6)
+        m, x = xnn.FusedLinearReLU(6, 5, pack_weight=True), torch.randn(24, 6)  # > 16 rows: the packed op
     else:
         m, x = xnn.Conv2d(4, 6, 3, padding=1), torch.randn(2, 4, 5, 5)
         if make == "folded":

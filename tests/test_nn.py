@@ -8,6 +8,7 @@ import copy
 import pytest
 import torch
 from torch import nn
+from torch.utils._python_dispatch import TorchDispatchMode
 
 import xkernels
 import xkernels.nn as xnn
@@ -469,7 +470,7 @@ def test_fused_linear_relu_packed_cache_used_and_invalidated(sycl_backend):
 
 def test_fused_linear_relu_packed_not_used_when_grad_needed(sycl_backend):
     m = xkernels.nn.FusedLinearReLU(16, 8, pack_weight=True)
-    x = torch.randn(4, 16)
+    x = torch.randn(24, 16)  # more rows than the unpacked small-M route takes
     y = m(x)  # grad mode on, parameters require grad: the plain op, gradients reach the parameters
     assert _packed_cache(m) is None
     y.sum().backward()
@@ -487,14 +488,41 @@ def test_fused_linear_relu_packed_only_on_sycl():
     m = xkernels.nn.FusedLinearReLU(16, 8, pack_weight=True)
     with xkernels.use_backend("reference"), torch.no_grad():
         with xkernels.dispatch_record() as rec:
-            m(torch.randn(4, 16))
+            m(torch.randn(24, 16))
     assert _packed_cache(m) is None
     assert {op for op, _b, _d in rec.counts()} == {"fused_linear_relu"}
     m.pack_weight = False
     if xkernels.backends()["sycl"].available:
         with xkernels.use_backend("sycl"), torch.no_grad():
-            m(torch.randn(4, 16))
+            m(torch.randn(24, 16))
         assert _packed_cache(m) is None, "pack_weight=False turns the cache off"
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16])
+@pytest.mark.parametrize("shape", [(16,), (1, 16), (16, 16), (2, 8, 16), (17, 16), (3, 6, 16)])
+def test_fused_linear_relu_packed_module_small_m_runs_unpacked(sycl_backend, shape, dtype):
+    """pack_weight with at most linear_unpacked_max_rows() rows (the leading dimensions' product; 16 on AVX2 CPUs, 0
+    elsewhere) runs fused_linear_relu with the weight as stored, which is faster there, and gives that op's result
+    bit for bit; more rows run the packed op. Either way the output is within the float64 oracle's tolerance."""
+    limit = xkernels._C.sycl.linear_unpacked_max_rows()
+    assert limit in (0, 16)
+    torch.manual_seed(0)
+    m = xkernels.nn.FusedLinearReLU(16, 40, pack_weight=True).to(dtype)
+    x = torch.randn(shape).to(dtype)
+    rows = x.numel() // 16  # (40 output features: never AMX's stored-weight route, which needs multiples of 32)
+    with torch.no_grad(), xkernels.dispatch_record() as rec:
+        y = m(x)
+    ops = {op for op, _b, _d in rec.counts()}
+    if rows <= limit:
+        assert ops == {"fused_linear_relu"} and _packed_cache(m) is None, (rows, ops)
+    else:
+        assert "fused_linear_relu_packed" in ops and _packed_cache(m) is not None, (rows, ops)
+    if (
+        rows <= limit
+    ):  # the same op and kernel (above 16 rows the packed GEMM sums in another order than the dot kernel)
+        torch.testing.assert_close(y, xkernels.fused_linear_relu(x, m.weight.detach(), m.bias.detach()), rtol=0, atol=0)
+    assert y.shape == (*shape[:-1], 40)
+    assert_close(y, _expected(m, x), dtype, "packed module output")
 
 
 def test_fused_linear_relu_packing_is_opt_in_and_data_writes_need_invalidation(sycl_backend):
@@ -524,3 +552,57 @@ def test_optimize_pack_weights_flag():
         m for m in xkernels.optimize(model, pack_weights=True).modules() if isinstance(m, xkernels.nn.FusedLinearReLU)
     ]
     assert len(packed) == 2 and all(m.pack_weight for m in packed)
+
+
+# ---------------------------------------------------------------- calls that need no autograd graph
+class _CountingGuard:
+    """Stands in for torch._C._AutoDispatchBelowAutograd and counts how often it is entered."""
+
+    entered = 0
+
+    def __init__(self):
+        self._guard = torch._C._AutoDispatchBelowAutograd()
+
+    def __enter__(self):
+        type(self).entered += 1
+        return self._guard.__enter__()
+
+    def __exit__(self, *exc):
+        return self._guard.__exit__(*exc)
+
+
+def test_calls_without_grad_skip_the_python_autograd_kernel(monkeypatch):
+    """ops._call dispatches below autograd exactly where no graph is built: grad mode off, or no argument requiring
+    grad, and no TorchDispatchMode active. With an argument that requires grad, the autograd kernel runs and
+    gradients reach it."""
+    monkeypatch.setattr(_CountingGuard, "entered", 0)
+    monkeypatch.setattr(xkernels.ops, "_below_autograd", _CountingGuard)
+    torch.manual_seed(0)
+    x, w, b = torch.randn(5, 8), torch.randn(6, 8), torch.randn(6)
+    expected = torch.relu(torch.nn.functional.linear(x.double(), w.double(), b.double()))
+    with torch.no_grad():
+        y = xkernels.fused_linear_relu(x, w, b)
+    assert _CountingGuard.entered == 1 and not y.requires_grad
+    assert_close(y, expected, torch.float32, "no-grad call")
+    y = xkernels.fused_linear_relu(x, w, b)  # grad mode on, nothing requires grad: no graph either
+    assert _CountingGuard.entered == 2 and y.grad_fn is None
+    wg = w.clone().requires_grad_()
+    y = xkernels.fused_linear_relu(x, wg, b)  # a graph: through the autograd kernel
+    assert _CountingGuard.entered == 2 and y.grad_fn is not None
+    y.sum().backward()
+    assert wg.grad is not None and wg.grad.shape == w.shape
+    with torch.no_grad():
+        xkernels.layer_norm(x, 8)
+        xkernels.conv2d(torch.randn(1, 2, 5, 5), torch.randn(3, 2, 3, 3))
+    assert _CountingGuard.entered == 4
+    # Under a TorchDispatchMode the autograd layer runs as before: the mode sees layer_norm_forward.
+    seen = []
+
+    class Record(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            seen.append(func._schema.name)
+            return func(*args, **(kwargs or {}))
+
+    with torch.no_grad(), Record():
+        xkernels.layer_norm(x, 8)
+    assert _CountingGuard.entered == 4 and "xkernels::layer_norm_forward" in seen

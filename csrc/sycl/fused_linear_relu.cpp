@@ -215,6 +215,19 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> backward(Launcher L, const at::Te
 
 int64_t linear_dot_max_rows() { return GemmConfig::kDotMaxRows; }
 
+// FusedLinearReLU(pack_weight=True) calls with at most this many rows run fused_linear_relu (the dot kernel reads
+// W as stored) instead of fused_linear_relu_packed. On CPUs with 16 vector registers (AVX2) the packed panel kernel
+// runs 16-column tiles, each work-group reading 64 of every 256 bytes of a packed row, and 6-row tiles of which one
+// row is used at M = 1: at N = K = 4096 the dot kernel took 0.27x (M = 1), 0.59x (M = 8) and 0.79x (M = 16) of its
+// time in float32 (bfloat16 0.17x / 0.65x / 0.81x, float64 0.34x-1.00x), and 1.04x (bfloat16 0.98x) at M = 32
+// (2-vCPU AMD EPYC, AVX2; docs/performance.md "Small M with packed weights on AVX2"). AVX-512 CPUs read whole
+// 64-column panel rows; the packed path measured 1.02-1.06x the dot kernel's speed at M = 1-8 there (Intel Xeon,
+// N = K = 1024, an older dot kernel), so they keep it.
+int64_t linear_unpacked_max_rows() {
+  const DeviceTraits& t = traits_of(cpu_queue());
+  return t.is_cpu && t.vector_registers() == 16 ? 16 : 0;
+}
+
 bool linear_amx_for_cpu_tensors(int64_t out_features, int64_t in_features) {
   return amx_applies(traits_of(cpu_queue()), at::kBFloat16, out_features, in_features);
 }

@@ -44,6 +44,7 @@ void bind_launch_checking(py::module_& m);  // launch_checking.cpp
 
 int64_t linear_dot_max_rows();                                                 // fused_linear_relu.cpp
 bool linear_amx_for_cpu_tensors(int64_t out_features, int64_t in_features);    // fused_linear_relu.cpp
+int64_t linear_unpacked_max_rows();                                            // fused_linear_relu.cpp
 int64_t conv2d_winograd_calls();                                               // conv2d.cpp
 std::map<std::string, std::pair<int64_t, double>> kernel_profile(bool reset);  // queues.cpp
 bool conv2d_amx_for_cpu_tensors(int64_t out_channels, int64_t in_channels, int64_t kh, int64_t kw,
@@ -60,6 +61,9 @@ void bind_python(py::module_& m) {
   m.def("linear_dot_max_rows", &linear_dot_max_rows,
         "Forward fused_linear_relu calls with at most this many rows use the dot kernel (weight read as given); "
         "more rows use the panel GEMM (packed weight).");
+  m.def("linear_unpacked_max_rows", &linear_unpacked_max_rows,
+        "FusedLinearReLU(pack_weight=True) calls on CPU tensors with at most this many rows run fused_linear_relu "
+        "with the weight as stored (faster there on this CPU) instead of the packed op; 0: always the packed op.");
   m.def("linear_amx_for_cpu_tensors", &linear_amx_for_cpu_tensors, py::arg("out_features"), py::arg("in_features"),
         "Whether a bfloat16 fused_linear_relu forward of this weight shape on CPU tensors runs on AMX (the weight read "
         "as stored: nothing to pre-pack).");

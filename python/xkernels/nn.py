@@ -62,7 +62,9 @@ class FusedLinearReLU(nn.Module):
     ``.to(dtype)``, ``load_state_dict``. Everything else (training, other backends and devices,
     torch.compile tracing) uses ``fused_linear_relu`` with the parameter itself, so gradients
     always flow to ``weight``. The cache costs one weight-sized tensor of memory. On a CPU with AMX a bfloat16
-    weight with both feature counts multiples of 32 is not packed: the op's AMX kernel reads it as stored.
+    weight with both feature counts multiples of 32 is not packed: the op's AMX kernel reads it as stored. On AVX2
+    CPUs calls with at most 16 rows (a decode step) also run ``fused_linear_relu``, which is faster there
+    (``xkernels._C.sycl.linear_unpacked_max_rows()``).
 
     Why opt-in: a change to the weight's values that bypasses autograd's version counter is
     invisible to the cache and the module would keep computing with the old values. Such changes
@@ -122,7 +124,13 @@ class FusedLinearReLU(nn.Module):
         """The cached packed weight when this call can use it (see the class docstring), else None."""
         if self.weight.dim() != 2:
             return None
-        return _packed_copy(self, input, self.bias, ops.pack_linear_weight, self._amx_reads_weight)
+
+        def unpacked_is_faster() -> bool:  # also: few rows, where the dot kernel (the weight as stored) is faster
+            return (
+                self._amx_reads_weight() or input.dim() == 0 or input.numel() <= _unpacked_max_rows() * input.shape[-1]
+            )
+
+        return _packed_copy(self, input, self.bias, ops.pack_linear_weight, unpacked_is_faster)
 
     def _amx_reads_weight(self) -> bool:
         """bfloat16 on a CPU with AMX: fused_linear_relu reads the weight as stored (nothing to pre-pack)."""
@@ -146,6 +154,18 @@ class FusedLinearReLU(nn.Module):
 def _grad_needed(*tensors: Tensor | None) -> bool:
     """Grad mode is on and one of `tensors` (None skipped) requires grad: the packed ops (inference only) are out."""
     return torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in tensors)
+
+
+_unpacked_rows: list[int] = []
+
+
+def _unpacked_max_rows() -> int:
+    """FusedLinearReLU(pack_weight=True) calls with at most this many rows run fused_linear_relu with the weight as
+    stored: 16 on CPUs whose SYCL kernels run 8 lanes (AVX2), where that is faster; 0 elsewhere
+    (_C.sycl.linear_unpacked_max_rows, csrc/sycl/fused_linear_relu.cpp, with the measurements)."""
+    if not _unpacked_rows:
+        _unpacked_rows.append(int(_C.sycl.linear_unpacked_max_rows()))
+    return _unpacked_rows[0]
 
 
 def _packed_copy(

@@ -16,6 +16,31 @@ _ops = torch.ops.xkernels
 
 _IntOr2 = int | Sequence[int]
 
+_below_autograd = torch._C._AutoDispatchBelowAutograd
+
+
+def _call(op, *args):
+    """``op(*args)`` for the ops whose autograd kernel is torch.library's, in Python (``register_autograd`` below:
+    fused_linear_relu, conv2d, conv2d_relu, and layer_norm through layer_norm_forward), straight to the device
+    kernel where the call builds no autograd graph.
+
+    That autograd kernel runs on every call, with or without grad: the dispatcher calls into Python, which
+    redispatches below autograd. That round trip cost 12-20 us per call on a 2-vCPU AMD EPYC (AVX2), more than a
+    small op's kernel (a 1 x 768 layer_norm on the reference backend: 22 us through it, 10 us without;
+    docs/performance.md "Per-call cost"). Where grad mode is off or no argument requires grad, the kernel would
+    only redispatch, so this does the same directly. Everything else goes through the dispatcher as usual: a call
+    that needs a graph, torch.compile's tracing, and any active TorchDispatchMode (which must see the ops the
+    autograd layer produces, e.g. layer_norm_forward). The out= and packed ops have C++ autograd kernels (no round
+    trip; layer_norm.out's also bumps `out`'s version counter), so they are called directly."""
+    if (
+        torch.compiler.is_compiling()
+        or torch._C._len_torch_dispatch_stack() > 0
+        or (torch.is_grad_enabled() and torch._C._any_requires_grad(*args))
+    ):
+        return op(*args)
+    with _below_autograd():
+        return op(*args)
+
 
 def _pair(v: _IntOr2, name: str, op: str) -> list[int]:
     if isinstance(v, int):
@@ -59,7 +84,7 @@ def conv2d_output_shape(input_shape: Sequence[int], weight_shape: Sequence[int],
 
 def fused_linear_relu(input: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
     """relu(input @ weight.T + bias). input [..., K] (1-D allowed), weight [N, K], bias [N] or None."""
-    return _ops.fused_linear_relu(input, weight, bias)
+    return _call(_ops.fused_linear_relu, input, weight, bias)
 
 
 def pack_linear_weight(weight: Tensor) -> Tensor:
@@ -90,8 +115,8 @@ def conv2d(
     stride = _pair(stride, "stride", "conv2d")
     dilation = _pair(dilation, "dilation", "conv2d")
     if isinstance(padding, str):
-        return _ops.conv2d.padding(input, weight, bias, stride, padding, dilation, groups)
-    return _ops.conv2d(input, weight, bias, stride, _pair(padding, "padding", "conv2d"), dilation, groups)
+        return _call(_ops.conv2d.padding, input, weight, bias, stride, padding, dilation, groups)
+    return _call(_ops.conv2d, input, weight, bias, stride, _pair(padding, "padding", "conv2d"), dilation, groups)
 
 
 def conv2d_relu(
@@ -114,8 +139,10 @@ def conv2d_relu(
     op = "conv2d_relu"
     stride, dilation = _pair(stride, "stride", op), _pair(dilation, "dilation", op)
     if isinstance(padding, str):
-        return _ops.conv2d_relu.padding(input, weight, bias, stride, padding, dilation, groups, residual)
-    return _ops.conv2d_relu(input, weight, bias, stride, _pair(padding, "padding", op), dilation, groups, residual)
+        return _call(_ops.conv2d_relu.padding, input, weight, bias, stride, padding, dilation, groups, residual)
+    return _call(
+        _ops.conv2d_relu, input, weight, bias, stride, _pair(padding, "padding", op), dilation, groups, residual
+    )
 
 
 def pack_conv2d_weight(weight: Tensor, groups: int = 1) -> Tensor:
@@ -176,7 +203,7 @@ def layer_norm(
         normalized_shape = [normalized_shape]
     if out is not None:
         return _ops.layer_norm.out(input, list(normalized_shape), weight, bias, eps, out=out)
-    return _ops.layer_norm(input, list(normalized_shape), weight, bias, eps)
+    return _call(_ops.layer_norm, input, list(normalized_shape), weight, bias, eps)
 
 
 # ------------------------------------------------------------------ fake implementations
