@@ -19,6 +19,7 @@
 
 from __future__ import annotations
 
+import functools
 import math
 import weakref
 from collections.abc import Callable
@@ -156,16 +157,12 @@ def _grad_needed(*tensors: Tensor | None) -> bool:
     return torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in tensors)
 
 
-_unpacked_rows: list[int] = []
-
-
+@functools.cache
 def _unpacked_max_rows() -> int:
     """FusedLinearReLU(pack_weight=True) calls with at most this many rows run fused_linear_relu with the weight as
     stored: 16 on CPUs whose SYCL kernels run 8 lanes (AVX2), where that is faster; 0 elsewhere
     (_C.sycl.linear_unpacked_max_rows, csrc/sycl/fused_linear_relu.cpp, with the measurements)."""
-    if not _unpacked_rows:
-        _unpacked_rows.append(int(_C.sycl.linear_unpacked_max_rows()))
-    return _unpacked_rows[0]
+    return int(_C.sycl.linear_unpacked_max_rows())
 
 
 def _packed_copy(
