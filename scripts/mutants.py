@@ -456,6 +456,14 @@ MUTANTS: list[Mutant] = [
         "SYCL linear panel GEMM: a later K block does not resume from the previous blocks' partial sums",
     ),
     M(
+        "sycl-linear-panel-single-row-tail",
+        "csrc/sycl/kernels/fused_linear_relu.hpp",
+        "else if (full_n && row_end - m0 == 1)  // one row left (uniform)",
+        "else if (full_n && row_end - m0 <= 2)  // one row left (uniform)",
+        f"{T_LIN} -k 'rows_do_not_depend and sycl'",
+        "SYCL linear panel GEMM: a tile with two rows left runs the single-row tile (its second row never written)",
+    ),
+    M(
         "sycl-linear-amx-relu-nan",
         "csrc/sycl/kernels/amx_gemm.hpp",
         "if (p.relu) v = v < 0.0f ? 0.0f : v;  // NaN propagates, as torch.relu",

@@ -199,6 +199,27 @@ def test_packed_bitwise_equal_to_unpacked_on_the_same_kernel(cpu_backend, dtype,
     torch.testing.assert_close(out, xkernels.fused_linear_relu(x, w, b), rtol=0, atol=0)
 
 
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_packed_rows_do_not_depend_on_the_batch(cpu_backend, dtype):
+    """A row's result is the same bit for bit whether it is computed alone (M = 1, the decode step), in a batch of any
+    size or inside a larger one: the SYCL panel kernel's single-row tile (M = 1, and the last row of 13 = 2 x 6 + 1)
+    sums the same terms in the same order as its 6-row tile. K = 700 spans two of the panel kernel's K blocks (partial
+    sums between them); N = 90 ends in a part-filled column tile at every lane width. Each single row is also checked
+    against the float64 oracle."""
+    K, n = 700, 90
+    x, w, b = (torch.randn(13, K) / K**0.5).to(dtype), randn(n, K, dtype=dtype), randn(n, dtype=dtype)
+    packed = xkernels.pack_linear_weight(w)
+    whole = xkernels.fused_linear_relu_packed(x, packed, b, n)
+    for m in range(1, 13):  # every tail of a 6-row tile: 1-5 rows past a multiple of 6, or none
+        first = xkernels.fused_linear_relu_packed(x[:m], packed, b, n)
+        torch.testing.assert_close(first, whole[:m], rtol=0, atol=0, msg=f"the first {m} rows")
+    for i in (0, 5, 6, 12):
+        alone = xkernels.fused_linear_relu_packed(x[i : i + 1], packed, b, n)
+        torch.testing.assert_close(alone, whole[i : i + 1], rtol=0, atol=0, msg=f"row {i}")
+        expected = F.relu(F.linear(x[i : i + 1].double(), w.double(), b.double()))
+        assert_close(alone, expected, dtype, f"fused_linear_relu_packed, row {i} alone")
+
+
 def test_packed_layout_same_on_every_backend(cpu_backend):
     w = torch.randn(100, 37)
     with xkernels.use_backend("reference"):

@@ -217,10 +217,11 @@ int64_t linear_dot_max_rows() { return GemmConfig::kDotMaxRows; }
 
 // FusedLinearReLU(pack_weight=True) calls with at most this many rows run fused_linear_relu (the dot kernel reads
 // W as stored) instead of fused_linear_relu_packed. On CPUs with 16 vector registers (AVX2) the packed panel kernel
-// runs 16-column tiles, each work-group reading 64 of every 256 bytes of a packed row, and 6-row tiles of which one
-// row is used at M = 1: at N = K = 4096 the dot kernel took 0.27x (M = 1), 0.59x (M = 8) and 0.79x (M = 16) of its
-// time in float32 (bfloat16 0.17x / 0.65x / 0.81x, float64 0.34x-1.00x), and 1.04x (bfloat16 0.98x) at M = 32
-// (2-vCPU AMD EPYC, AVX2; docs/performance.md "Small M with packed weights on AVX2"). AVX-512 CPUs read whole
+// runs 16-column tiles, each work-group reading 64 of every 256 bytes of a packed row, and 6-row tiles (a single-row
+// tile where one row is left): at N = K = 4096 the dot kernel took 0.27x (M = 1, before the single-row tile; 0.40-0.55x
+// with it), 0.59x (M = 8) and 0.79x (M = 16) of its time in float32 (bfloat16 0.17x, then 0.28-0.37x / 0.65x / 0.81x,
+// float64 0.34x-1.00x), and 1.04x (bfloat16 0.98x) at M = 32 (2-vCPU AMD EPYC, AVX2; docs/performance.md "Small M with
+// packed weights on AVX2" and "The packed panel GEMM's single-row tile"). AVX-512 CPUs read whole
 // 64-column panel rows; the packed path measured 1.02-1.06x the dot kernel's speed at M = 1-8 there (Intel Xeon,
 // N = K = 1024, an older dot kernel), so they keep it.
 int64_t linear_unpacked_max_rows() {

@@ -252,18 +252,21 @@ struct PanelRows {
   }
 };
 
-// One kRows x kCols tile at rows m0.., columns n0.., K range [k0, k1). MASK_N: the tile overhangs N. PIXEL_OUT: C's
+// One ROWS x kCols tile (ROWS 0: kRows) at rows m0.., columns n0.., K range [k0, k1). MASK_N: the tile overhangs N.
+// ROWS 1 is the single-row tile of a dense row of C whose tile would hold one row (M = 1, the decode step of a language
+// model, or a last row past a multiple of kRows): kRows - 1 rows of FMAs fewer, the same sums in the same order as
+// the row gets in a kRows tile, so its results are bit-identical to those of the same row in a larger M. PIXEL_OUT: C's
 // rows are pixels (c_rows) and its columns c_cs apart (an NCHW output; the stores scatter); otherwise row m of C
 // starts at m * c_rows.rs and its columns are contiguous (vector loads and stores: a separate instantiation, so
 // that the dense path's addresses stay visibly consecutive to the vectorizer; a run-time select between the two
 // made every channels_last 1x1 GEMM 7-29 % slower).
-template <typename T, int S_, bool BIAS, bool RELU, bool MASK_N, bool PIXEL_OUT>
+template <typename T, int S_, bool BIAS, bool RELU, bool MASK_N, bool PIXEL_OUT, int ROWS = 0>
 inline void panel_tile(const T* A, PanelRows a_rows, int64_t a_ks, const T* Bp, int64_t ldb, const T* bias,
                        bool bias_rows, const T* res, T* C, PanelRows c_rows, int64_t c_cs, acc_t<T>* partial, int64_t M,
                        int64_t N, int64_t m0, int64_t n0, int64_t k0, int64_t k1, bool first, bool last, int lane) {
   using acc = acc_t<T>;
   using G = PanelTile<T, S_>;
-  constexpr int R = G::kRows, V = G::kColVecs, S = G::kSubGroup;
+  constexpr int R = ROWS > 0 ? ROWS : G::kRows, V = G::kColVecs, S = G::kSubGroup;
   bool col_ok[V];
   XK_UNROLL
   for (int j = 0; j < V; ++j) col_ok[j] = !MASK_N || (n0 + j * S + lane < N);
@@ -390,6 +393,10 @@ void linear_gemm_panel<BIAS, RELU, S>::run(item_arg<1> ia, const params<T>& p) {
         linear_detail::panel_tile<T, S, BIAS, RELU, true, true>(A, a_rows, a_ks, Bp, ldb, bias, bias_rows, p.res, C,
                                                                 c_rows, c_cs, partial, M, N, m0, n0, k0, k1, first,
                                                                 last, lane);
+      else if (full_n && row_end - m0 == 1)  // one row left (uniform)
+        linear_detail::panel_tile<T, S, BIAS, RELU, false, false, 1>(A, a_rows, a_ks, Bp, ldb, bias, bias_rows, p.res,
+                                                                     C, c_rows, c_cs, partial, M, N, m0, n0, k0, k1,
+                                                                     first, last, lane);
       else if (full_n)
         linear_detail::panel_tile<T, S, BIAS, RELU, false, false>(A, a_rows, a_ks, Bp, ldb, bias, bias_rows, p.res, C,
                                                                   c_rows, c_cs, partial, M, N, m0, n0, k0, k1, first,
