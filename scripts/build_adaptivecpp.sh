@@ -30,7 +30,8 @@ fi
 
 need_pkgs=()
 for p in llvm-19-dev libclang-19-dev clang-19 libomp-19-dev libboost-context-dev libboost-fiber-dev ninja-build cmake; do
-  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || need_pkgs+=("$p")
+  # grep without -q reads all its input: with pipefail, -q exiting early could SIGPIPE the writer and fail the pipe.
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep "install ok installed" >/dev/null || need_pkgs+=("$p")
 done
 if [ ${#need_pkgs[@]} -gt 0 ]; then
   if [ "$(id -u)" != 0 ]; then

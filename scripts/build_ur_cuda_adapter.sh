@@ -61,7 +61,8 @@ done
 
 need_pkgs=()
 for p in libhwloc-dev pkg-config cmake ninja-build; do
-  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || need_pkgs+=("$p")
+  # grep without -q reads all its input: with pipefail, -q exiting early could SIGPIPE the writer and fail the pipe.
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep "install ok installed" >/dev/null || need_pkgs+=("$p")
 done
 if [ ${#need_pkgs[@]} -gt 0 ]; then
   if [ "$(id -u)" != 0 ] || ! command -v apt-get >/dev/null 2>&1; then
@@ -121,7 +122,7 @@ for must in libcuda.so.1 libnvidia-ml.so.1; do
   case " $needed " in *" $must "*) ;; *) echo "build_ur_cuda_adapter: $lib does not need $must (NEEDED: $needed)" >&2; exit 1 ;; esac
 done
 case " $needed " in *" libumf.so"*) echo "build_ur_cuda_adapter: UMF was linked dynamically (NEEDED: $needed)" >&2; exit 1 ;; esac
-if readelf -d "$lib" | grep -qE "RPATH|RUNPATH"; then
+if readelf -d "$lib" | grep -E "RPATH|RUNPATH" >/dev/null; then  # no grep -q under pipefail (SIGPIPE)
   echo "build_ur_cuda_adapter: $lib carries a run path (it must not point at the link stubs): $(readelf -d "$lib" | grep -E "RPATH|RUNPATH")" >&2
   exit 1
 fi

@@ -28,7 +28,9 @@ echo "== building the sanitizer build into $PKG (build dir $BUILD_DIR)"
 XKERNELS_SANITIZE=address,undefined XKERNELS_SYCL=OFF XKERNELS_CUDA=OFF XKERNELS_ACPP=OFF XKERNELS_BUILD_TYPE=RelWithDebInfo \
   XKERNELS_OUTPUT_DIR="$PKG" scripts/dev_build.sh "$BUILD_DIR"
 SO=$(ls "$PKG"/_C*.so)
-ldd "$SO" | grep -q libasan || { echo "sanitize_check: $SO is not linked against libasan"; exit 1; }
+# grep reads the whole listing (no -q): with pipefail, -q exiting at the first match could kill ldd with SIGPIPE
+# and fail the pipeline although libasan is there.
+ldd "$SO" | grep libasan >/dev/null || { echo "sanitize_check: $SO is not linked against libasan"; exit 1; }
 
 LIBASAN=$(${CXX:-c++} -print-file-name=libasan.so)
 [ -e "$LIBASAN" ] || { echo "sanitize_check: libasan.so not found ($LIBASAN)"; exit 1; }
