@@ -71,7 +71,8 @@ function(xk_configure_sycl_aot_target tgt)
                           "--library-dir ${_out} (setup.py and scripts/dev_build.sh pass it).")
     endif()
   endif()
-  add_dependencies(${tgt} xkernels_sycl_aot)
+  # Only the extension's link waits for the library (as for libxkernels_acpp.so): its objects compile meanwhile.
+  set_property(TARGET ${tgt} APPEND PROPERTY LINK_DEPENDS "${XK_SYCL_AOT_LIBRARY}")
   target_link_libraries(${tgt} PRIVATE ${CMAKE_DL_LIBS})
   get_filename_component(_lib_name "${XK_SYCL_AOT_LIBRARY}" NAME)
   target_compile_definitions(${tgt} PRIVATE XKERNELS_SYCL_AOT=1

@@ -38,6 +38,14 @@ COLD_CACHE = "kernel builds into an empty cache"
 LONG = "long"
 FULL_TIER_TESTS = {
     "test_adaptivecpp_known_bugs.py": (COMPILER, None),  # compiles reproducers with AdaptiveCpp's acpp
+    "test_acpp_parts.py": (  # builds small launcher libraries with AdaptiveCpp's acpp
+        COMPILER,
+        {
+            "test_a_table_split_into_parts_yields_every_instantiation",
+            "test_a_missing_part_is_named",
+            "test_a_part_compiled_twice_is_refused",
+        },
+    ),
     "test_cuda_compile.py": (COMPILER, None),  # scripts/check_cuda_compile.sh: nvcc and g++
     "test_cuda_stream_queue_header.py": (COMPILER, None),  # g++ against the SYCL runtime's headers
     "test_cuda_sim_hostile.py": (COMPILER, None),  # g++ builds the CUDA kernels' CPU simulator (tests/_cuda_sim.py)

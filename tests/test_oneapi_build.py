@@ -463,10 +463,11 @@ def test_exact_commands_component_layout_with_cuda_plugin(tmp_path, repo):
     ]
     step = plan.steps[0]
     assert step.output == tmp_path / "pkg" / "libxkernels_sycl_aot.so"
-    # launchers.cpp includes abi.h and every kernel table: a change to any of them rebuilds the library.
+    # launchers.cpp includes abi.h, launch.h and every kernel table: a change to any of them rebuilds the library.
     assert set(step.depends) == {
         sycl / "aot" / "launchers.cpp",
         sycl / "aot" / "abi.h",
+        sycl / "aot" / "launch.h",
         *(sycl / "kernels").glob("*.hpp"),
     }
     assert sycl / "kernels" / "tables.hpp" in step.depends

@@ -7,14 +7,18 @@
 //                                      kernel's S lanes are its work-group's work-items, and its lane
 //                                      reductions (xk::lanes_sum) reduce over the work-group here.
 //                    XK_AOT_IMPLEMENTATION, XK_AOT_FLAGS   descriptive strings for xkernels.info().
-#include "abi.h"
-
+//                    XK_AOT_IN_PARTS      the launchers are compiled in parts (launcher_part.cpp, linked into
+//                                         the same library) and this file only lists them; without it this
+//                                         one translation unit instantiates every launcher (the icpx build).
 #include <cstdio>
 #include <exception>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
 #include "../kernels/tables.hpp"
+#include "abi.h"
+#include "launch.h"
 
 #ifndef XK_AOT_SUB_GROUP
 #error "XK_AOT_SUB_GROUP (the sub-group size of the target device) must be defined"
@@ -26,53 +30,39 @@
 #define XK_AOT_FLAGS ""
 #endif
 
-namespace {
+namespace xk_aot {
 
-sycl::queue& queue() {
+sycl::queue& own_queue() {
   static sycl::queue q{sycl::default_selector_v, sycl::property::queue::in_order{}};
   return q;
 }
 
-template <int D>
-sycl::nd_range<D> make_range(const size_t* g, const size_t* l);
-template <>
-sycl::nd_range<1> make_range<1>(const size_t* g, const size_t* l) {
-  return sycl::nd_range<1>(sycl::range<1>(g[0]), sycl::range<1>(l[0]));
-}
-template <>
-sycl::nd_range<2> make_range<2>(const size_t* g, const size_t* l) {
-  return sycl::nd_range<2>(sycl::range<2>(g[0], g[1]), sycl::range<2>(l[0], l[1]));
-}
-template <>
-sycl::nd_range<3> make_range<3>(const size_t* g, const size_t* l) {
-  return sycl::nd_range<3>(sycl::range<3>(g[0], g[1], g[2]), sycl::range<3>(l[0], l[1], l[2]));
+std::vector<part_launcher>& part_launchers() {
+  static std::vector<part_launcher> v;
+  return v;
 }
 
-template <typename K, typename T>
-int launch_one(const size_t* global, const size_t* local, const void* params, void* queue_ptr, char* err,
-               size_t errlen) {
-  try {
-    using P = typename K::template params<T>;
-    using L = typename xk::local_of<K, T>::type;
-    constexpr int D = K::dims;
-    const P p = *static_cast<const P*>(params);
-    const sycl::nd_range<D> range = make_range<D>(global, local);
-    sycl::queue& q = queue_ptr ? *static_cast<sycl::queue*>(queue_ptr) : queue();
-    sycl::event done = q.submit([&](sycl::handler& h) {
-      if constexpr (std::is_void_v<L>) {
-        h.parallel_for(range, [=](sycl::nd_item<D> it) { K::template run<T>(xk::item_arg<D>{it}, p); });
-      } else {
-        sycl::local_accessor<L, 1> scratch(sycl::range<1>(1), h);
-        h.parallel_for(range, [=](sycl::nd_item<D> it) { K::template run<T>(xk::item_arg<D>{it}, p, scratch[0]); });
-      }
-    });
-    if (!queue_ptr) done.wait_and_throw();
-    return 0;
-  } catch (const std::exception& e) {
-    std::snprintf(err, errlen, "%s", e.what());
-    return 1;
+}  // namespace xk_aot
+
+namespace {
+
+#ifdef XK_AOT_IN_PARTS
+// The launchers come from the parts (launcher_part.cpp), each registered under its instantiation's name.
+xk_aot::launch_fn part_launcher_of(const std::string& kernel, const char* type) {
+  xk_aot::launch_fn found = nullptr;
+  for (const xk_aot::part_launcher& p : xk_aot::part_launchers()) {
+    if (p.kernel != kernel || p.type != type) continue;
+    if (found)
+      throw std::runtime_error("the kernel launcher library has two launchers of " + kernel + " <" + type +
+                               ">: two of its parts overlap (cmake/AcppBackend.cmake)");
+    found = p.launch;
   }
+  if (!found)
+    throw std::runtime_error("the kernel launcher library has no launcher of " + kernel + " <" + type +
+                             ">: its build left that kernel table (or a part of it) out (cmake/AcppBackend.cmake)");
+  return found;
 }
+#endif
 
 struct Listing {
   std::vector<std::string> names;  // storage for the kernel names
@@ -97,10 +87,15 @@ Listing* make_listing() {
     e.dims = K::dims;
     e.sub_group = S;
     e.params_size = sizeof(typename K::template params<T>);
-    e.launch = &launch_one<K, T>;  // lanes are work-items here: any sub-group size computes the same
+    // Lanes are work-items here: any sub-group size computes the same.
+#ifdef XK_AOT_IN_PARTS
+    e.launch = part_launcher_of(l->names.back(), e.type);
+#else
+    e.launch = &xk_aot::launch_one<K, T>;
+#endif
     l->kernels.push_back(e);
   });
-  const sycl::device dev = queue().get_device();
+  const sycl::device dev = xk_aot::own_queue().get_device();
   l->device_name = dev.get_info<sycl::info::device::name>();
   xk_aot_device& d = l->lib.device;
   d.name = l->device_name.c_str();
