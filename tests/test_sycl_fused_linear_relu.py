@@ -268,3 +268,60 @@ def test_panel_blocks_cover_every_tile(sycl_available, monkeypatch, dtype):
     assert torch.equal(out, expected)
     assert torch.equal(out_packed, expected)
     assert (out > 0).any() and (out == 0).any()
+
+
+def _kernel_launches(fn):
+    """fn()'s result and how many times it launched each SYCL kernel, by name without template arguments."""
+    from xkernels import _C
+
+    _C.sycl.kernel_profile(reset=True)
+    _C.sycl.set_kernel_profiling(True)
+    try:
+        out = fn()
+    finally:
+        _C.sycl.set_kernel_profiling(False)
+    counts: dict[str, int] = {}
+    for label, (n, _) in _C.sycl.kernel_profile(reset=True).items():
+        counts[label.split("<")[0]] = counts.get(label.split("<")[0], 0) + n
+    return out, counts
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("bias", [True, False], ids=["bias", "no_bias"])
+def test_packed_few_rows_whole_row_tiles(sycl_available, dtype, bias):
+    """On AVX2 CPUs (16 vector registers) the packed forward of one row, or of at most 8 rows where N gives 16 or more
+    64-column work-groups, runs linear_gemm_row (whole packed panel rows per work-group, rows one at a time; gemm.h
+    GemmConfig::kWideMaxRows) instead of linear_gemm_panel. N = 16 * 64 + 37 (17 work-groups, the last part-filled),
+    K = 700 (two K blocks, partial sums between them). Every row count 1-9 against the float64 oracle, and bit for bit
+    against the same rows of a 13-row call (the panel kernel); on AVX2 CPUs also which kernel ran."""
+    torch.manual_seed(5)
+    M, N, K = 13, 16 * 64 + 37, 700
+    x = (torch.randn(M, K) / K**0.5).to(dtype)
+    w, b = randn(N, K, dtype=dtype), (randn(N, dtype=dtype) if bias else None)
+    avx2 = _C_sycl().linear_unpacked_max_rows() > 0
+    with xkernels.use_backend("sycl"), torch.no_grad():
+        packed = xkernels.pack_linear_weight(w)
+        whole, ran = _kernel_launches(lambda: xkernels.fused_linear_relu_packed(x, packed, b, N))
+        assert "linear_gemm_row" not in ran, ran
+        for m in range(1, 10):
+            out, ran = _kernel_launches(lambda m=m: xkernels.fused_linear_relu_packed(x[:m], packed, b, N))
+            if avx2:
+                expected_kernel = "linear_gemm_row" if m <= 8 else "linear_gemm_panel"
+                assert ran.get(expected_kernel) == 1 and len(ran) == 1, (m, ran)
+            torch.testing.assert_close(out, whole[:m], rtol=0, atol=0, msg=f"the first {m} rows")
+            ref = oracle(x[:m].double(), w.double(), None if b is None else b.double())
+            assert_close(out, ref, dtype, f"fused_linear_relu_packed, {m} rows", terms=K)
+        # Too few work-groups for several rows (N = 4 * 64: 4 groups): the panel kernel; one row: the row kernel.
+        narrow = xkernels.pack_linear_weight(w[:256])
+        b_narrow = None if b is None else b[:256]
+        for m, kernel in ((1, "linear_gemm_row"), (8, "linear_gemm_panel")):
+            out, ran = _kernel_launches(lambda m=m: xkernels.fused_linear_relu_packed(x[:m], narrow, b_narrow, 256))
+            if avx2:
+                assert ran.get(kernel) == 1 and len(ran) == 1, (m, ran)
+            torch.testing.assert_close(out, whole[:m, :256], rtol=0, atol=0, msg=f"{m} rows of 256 columns")
+
+
+def _C_sycl():
+    from xkernels import _C
+
+    return _C.sycl

@@ -223,7 +223,10 @@ int64_t linear_dot_max_rows() { return GemmConfig::kDotMaxRows; }
 // float64 0.34x-1.00x), and 1.04x (bfloat16 0.98x) at M = 32 (2-vCPU AMD EPYC, AVX2; docs/performance.md "Small M with
 // packed weights on AVX2" and "The packed panel GEMM's single-row tile"). AVX-512 CPUs read whole
 // 64-column panel rows; the packed path measured 1.02-1.06x the dot kernel's speed at M = 1-8 there (Intel Xeon,
-// N = K = 1024, an older dot kernel), so they keep it.
+// N = K = 1024, an older dot kernel), so they keep it. Since the packed path runs linear_gemm_row for few rows on AVX2
+// (gemm.h, GemmConfig::kWideMaxRows), the dot kernel took 0.79-0.90x of its time at M = 1, 0.83-0.84x at M = 8 and
+// 0.82-0.86x at M = 16 (float32, bfloat16; same CPU, docs/performance.md "Whole-row tiles for few rows on AVX2"):
+// still the faster of the two there.
 int64_t linear_unpacked_max_rows() {
   const DeviceTraits& t = traits_of(cpu_queue());
   return t.is_cpu && t.vector_registers() == 16 ? 16 : 0;

@@ -54,6 +54,14 @@ struct GemmConfig {
   // kSplitKMaxBytes of scratch (fewer, longer ranges beyond; ResNet-50 at batch 8 needs at most ~8 MB).
   static constexpr int64_t kSplitKLength = 512;
   static constexpr int64_t kSplitKMaxBytes = int64_t(16) << 20;
+  // The AVX2 (S = 8) forward GEMM of one row, or of at most kWideMaxRows rows where that gives at least
+  // kWideMinGroups work-groups, runs linear_gemm_row: one work-group per 64-column packed panel row (32 in fp64), rows
+  // one at a time. Against linear_gemm_panel (2-vCPU AMD EPYC, AVX2, K = 4096, fused_linear_relu_packed; panel time /
+  // row-kernel time): M = 1 1.1-2.0x at N = 64-4096; N = 4096: M = 2-8 1.5-2.6x, M = 12 1.03-1.11x, M = 16 0.99-1.05x,
+  // M = 24-48 0.69-0.96x (fp32 and bf16); N = 1024 (16 work-groups): M = 8 1.35x, M = 12 0.87x; N = 64-256 (1-4
+  // work-groups): M = 8 0.52-0.91x (docs/performance.md "Whole-row tiles for few rows on AVX2").
+  static constexpr int64_t kWideMaxRows = 8;
+  static constexpr int64_t kWideMinGroups = 16;
 };
 
 enum class GemmVariant { Cpu, Gpu };
@@ -213,6 +221,56 @@ void panel_gemm_lanes(Launcher& L, const at::Tensor& A, const T* b_ptr, int64_t 
                 "xkernels: a split-K panel GEMM needs the accumulation type, a dense C and no epilogue");
     if constexpr (std::is_same_v<T, acc>) partial_ptr = c_ptr;
     partial = empty({(ranges - 1) * M * N}, C.options());
+  }
+  // Whole-row tiles (GemmConfig::kWideMaxRows, linear_gemm_row): the AVX2 kernel's 16-column tiles would each read
+  // 64 of every 256 bytes of a packed row; a work-group over the whole packed row reads B as one stream. Needs B's
+  // columns contiguous across the work-group's width: packed panels of a multiple of it, or B in place.
+  if constexpr (S == 8) {
+    constexpr int64_t wide_cols = int64_t{G::kCols} * xk::kWideTiles;
+    const int64_t wide_groups = ceil_div(N, wide_cols);
+    const bool few_rows = M == 1 || (M <= GemmConfig::kWideMaxRows && wide_groups >= GemmConfig::kWideMinGroups);
+    if (!L.lanes_are_work_items() && few_rows && relu && !pixel_out && ranges == 1 && res == nullptr && !bias_rows &&
+        (panel_cols % wide_cols == 0 || panel_stride == panel_cols)) {
+      const sycl::nd_range<1> rows_range(sycl::range<1>(wide_groups * G::kSubGroup), sycl::range<1>(G::kSubGroup));
+      auto launch = [&](auto BIAS) {
+        L.launch<xk::linear_gemm_row<BIAS, true>, T>(rows_range, {.A = cptr<T>(A),
+                                                                  .a_rs = a.rs,
+                                                                  .a_ks = a.ks,
+                                                                  .B = b_ptr,
+                                                                  .ldb = ldb,
+                                                                  .b_panel_stride = panel_stride,
+                                                                  .bias = cptr_or_null<T>(bias),
+                                                                  .C = c_ptr,
+                                                                  .ldc = c.rs,
+                                                                  .partial = partial_ptr,
+                                                                  .M = M,
+                                                                  .N = N,
+                                                                  .K = K,
+                                                                  .k_block = k_block,
+                                                                  .row_groups = 1,
+                                                                  .b_panel_cols = panel_cols,
+                                                                  .accumulate = accumulate ? 1 : 0,
+                                                                  .res = nullptr,
+                                                                  .bias_rows = 0,
+                                                                  .a_ow = a.ow,
+                                                                  .a_ohw = a.ohw,
+                                                                  .a_sn = a.sn,
+                                                                  .a_sh = a.sh,
+                                                                  .panel_block = 1,
+                                                                  .k_split = 0,
+                                                                  .splits = nullptr,
+                                                                  .c_ow = 0,
+                                                                  .c_ohw = 0,
+                                                                  .c_sn = 0,
+                                                                  .c_sh = 0,
+                                                                  .c_cs = 1});
+      };
+      if (bias.defined())
+        launch(std::true_type{});
+      else
+        launch(std::false_type{});
+      return;
+    }
   }
   const int64_t row_groups = ceil_div(M, int64_t{G::kRows} * G::kRowTilesPerGroup);
   const int64_t panels = ceil_div(N, int64_t{G::kCols});

@@ -135,6 +135,28 @@ struct linear_gemm_panel {
   static void run(item_arg<1> ia, const params<T>& p);
 };
 
+// The AVX2 (S = 8) panel GEMM for very few rows (the decode step: GemmConfig::kWideMaxRows), forward epilogues (ReLU,
+// with or without the bias per column): one work-group per kWideTiles of the panel kernel's 16-column tiles (one
+// 64-column packed panel row in fp32, 32 in fp64), each of its rows a single-row tile over that whole width, rows one
+// at a time. linear_gemm_panel's AVX2 tile covers a quarter of a packed row, so each of its work-groups reads 64 of
+// every 256 bytes of B; this one reads B as one stream. Same params; the host passes a dense C, no K split (k_split
+// 0), no pixel rows for C, and B's columns contiguous across a work-group's width (packed panels of a multiple of it,
+// or B in place). The sums and their order are those of linear_gemm_panel's tiles (rows bit-identical to the same
+// rows in a larger M). A separate kernel: the same loop as a branch of linear_gemm_panel made the whole AVX2 bf16
+// kernel 12x slower (the run-time compiler spilled its accumulators).
+inline constexpr int kWideTiles = 4;
+template <bool BIAS, bool RELU>
+struct linear_gemm_row {
+  static constexpr int dims = 1;
+  static constexpr int sub_group = 8;
+  static constexpr int vector_registers = 16;
+  using types = float_types;
+  template <typename T>
+  using params = linear_gemm_panel_params<T>;
+  template <typename T>
+  static void run(item_arg<1> ia, const params<T>& p);
+};
+
 template <typename T>
 struct linear_pack_panels_params {
   const T* B;
@@ -260,13 +282,13 @@ struct PanelRows {
 // starts at m * c_rows.rs and its columns are contiguous (vector loads and stores: a separate instantiation, so
 // that the dense path's addresses stay visibly consecutive to the vectorizer; a run-time select between the two
 // made every channels_last 1x1 GEMM 7-29 % slower).
-template <typename T, int S_, bool BIAS, bool RELU, bool MASK_N, bool PIXEL_OUT, int ROWS = 0>
+template <typename T, int S_, bool BIAS, bool RELU, bool MASK_N, bool PIXEL_OUT, int ROWS = 0, int VECS = 0>
 inline void panel_tile(const T* A, PanelRows a_rows, int64_t a_ks, const T* Bp, int64_t ldb, const T* bias,
                        bool bias_rows, const T* res, T* C, PanelRows c_rows, int64_t c_cs, acc_t<T>* partial, int64_t M,
                        int64_t N, int64_t m0, int64_t n0, int64_t k0, int64_t k1, bool first, bool last, int lane) {
   using acc = acc_t<T>;
   using G = PanelTile<T, S_>;
-  constexpr int R = ROWS > 0 ? ROWS : G::kRows, V = G::kColVecs, S = G::kSubGroup;
+  constexpr int R = ROWS > 0 ? ROWS : G::kRows, V = VECS > 0 ? VECS : G::kColVecs, S = G::kSubGroup;
   bool col_ok[V];
   XK_UNROLL
   for (int j = 0; j < V; ++j) col_ok[j] = !MASK_N || (n0 + j * S + lane < N);
@@ -405,6 +427,41 @@ void linear_gemm_panel<BIAS, RELU, S>::run(item_arg<1> ia, const params<T>& p) {
         linear_detail::panel_tile<T, S, BIAS, RELU, true, false>(A, a_rows, a_ks, Bp, ldb, bias, bias_rows, p.res, C,
                                                                  c_rows, c_cs, partial, M, N, m0, n0, k0, k1, first,
                                                                  last, lane);
+    }
+  }
+}
+
+// Launch: 1-D, local size 8, one work-group per kWideTiles * PanelTile<T, 8>::kCols columns; each computes all M rows.
+template <bool BIAS, bool RELU>
+template <typename T>
+void linear_gemm_row<BIAS, RELU>::run(item_arg<1> ia, const params<T>& p) {
+  using G = PanelTile<T, 8>;
+  constexpr int kVecs = G::kColVecs * kWideTiles;
+  constexpr int64_t kWidth = int64_t{G::kCols} * kWideTiles;
+  const auto M = p.M;
+  const auto N = p.N;
+  const auto K = p.K;
+  const auto k_block = p.k_block;
+  const bool bias_rows = p.bias_rows != 0;
+  const auto it = item(ia);
+  const int lane = static_cast<int>(it.get_local_id(0));
+  const int64_t n0 = static_cast<int64_t>(it.get_group(0)) * kWidth;
+  const T* Bp = p.B + (n0 / p.b_panel_cols) * p.b_panel_stride + n0 % p.b_panel_cols;
+  const linear_detail::PanelRows a_rows{p.a_rs, p.a_ow, p.a_ohw, p.a_sn, p.a_sh};
+  const linear_detail::PanelRows c_rows{p.ldc, 0, 0, 0, 0};
+  const bool full_n = n0 + kWidth <= N;
+  for (int64_t k0 = 0; k0 < K; k0 += k_block) {
+    const int64_t k1 = K - k0 <= k_block ? K : k0 + k_block;
+    const bool first = k0 == 0 && p.accumulate == 0, last = k1 == K;
+    for (int64_t m = 0; m < M; ++m) {
+      if (full_n)
+        linear_detail::panel_tile<T, 8, BIAS, RELU, false, false, 1, kVecs>(p.A, a_rows, p.a_ks, Bp, p.ldb, p.bias,
+                                                                            bias_rows, p.res, p.C, c_rows, 1, p.partial,
+                                                                            M, N, m, n0, k0, k1, first, last, lane);
+      else
+        linear_detail::panel_tile<T, 8, BIAS, RELU, true, false, 1, kVecs>(p.A, a_rows, p.a_ks, Bp, p.ldb, p.bias,
+                                                                           bias_rows, p.res, p.C, c_rows, 1, p.partial,
+                                                                           M, N, m, n0, k0, k1, first, last, lane);
     }
   }
 }
@@ -680,9 +737,10 @@ void linear_column_sum::run(item_arg<1> ia, const params<T>& p) {
 using fused_linear_relu_kernels =
     kernel_list<linear_gemm_panel<true, true>, linear_gemm_panel<false, true>, linear_gemm_panel<false, false>,
                 linear_gemm_panel<true, false>, linear_gemm_panel<true, true, 8>, linear_gemm_panel<false, true, 8>,
-                linear_gemm_panel<false, false, 8>, linear_gemm_panel<true, false, 8>, linear_gemm_dot<true, true>,
-                linear_gemm_dot<false, true>, linear_gemm_dot<true, true, 8>, linear_gemm_dot<false, true, 8>,
-                linear_gemm_tiled<true, true>, linear_gemm_tiled<false, true>, linear_gemm_tiled<false, false>,
-                linear_relu_grad<true>, linear_relu_grad<false>, linear_column_sum, linear_pack_panels>;
+                linear_gemm_panel<false, false, 8>, linear_gemm_panel<true, false, 8>, linear_gemm_row<true, true>,
+                linear_gemm_row<false, true>, linear_gemm_dot<true, true>, linear_gemm_dot<false, true>,
+                linear_gemm_dot<true, true, 8>, linear_gemm_dot<false, true, 8>, linear_gemm_tiled<true, true>,
+                linear_gemm_tiled<false, true>, linear_gemm_tiled<false, false>, linear_relu_grad<true>,
+                linear_relu_grad<false>, linear_column_sum, linear_pack_panels>;
 
 }  // namespace xk
