@@ -23,6 +23,7 @@ from __future__ import annotations
 import pytest
 import torch
 import torch.nn.functional as F
+from _kernel_launches import launches, profiled
 
 import xkernels
 from xkernels import _C
@@ -116,7 +117,7 @@ def test_grad_weight_k_ranges_add_in_order(sycl_cpu, dtype):
     # the batch: three 512-pixel images as one N = 3 problem (3 ranges), and the same with the short image appended
     # as a fourth range (images of one batch share a size, so all 1793 pixel rows become one 11 x 163 image)
     x3, go3 = torch.cat(xs[:3]), torch.cat(gos[:3])
-    (_, gw3, _), ran = _launches(lambda: _backward(go3, x3, w, *args))
+    (_, gw3, _), ran = launches(lambda: _backward(go3, x3, w, *args))
     assert ran == {"linear_gemm_panel": 1, "linear_column_sum": 1}, ran
     per_image = [_backward(gos[i], xs[i], w, *args)[1] for i in range(4)]
     torch.testing.assert_close(gw3, (per_image[0] + per_image[1]) + per_image[2], rtol=0, atol=0)
@@ -124,7 +125,7 @@ def test_grad_weight_k_ranges_add_in_order(sycl_cpu, dtype):
     as_row_image = lambda r: r.reshape(1, 11, 163, r.shape[1]).permute(0, 3, 1, 2)  # noqa: E731  NHWC rows in order
     x4 = as_row_image(torch.cat([rows(t) for t in xs]))
     go4 = as_row_image(torch.cat([rows(t) for t in gos]))
-    (_, gw4, _), ran = _launches(lambda: _backward(go4, x4, w, *args))
+    (_, gw4, _), ran = launches(lambda: _backward(go4, x4, w, *args))
     assert ran == {"linear_gemm_panel": 1, "linear_column_sum": 1}, ran
     torch.testing.assert_close(gw4, ((per_image[0] + per_image[1]) + per_image[2]) + per_image[3], rtol=0, atol=0)
     _, ref, _ = _oracle_backward(go4, x4, w, *args)
@@ -141,7 +142,7 @@ def test_grad_weight_k_ranges_within_the_scratch_bound(sycl_cpu):
     go = torch.randint(-3, 4, (1, 1024, 64, 64)).float().contiguous(memory_format=CL)
     w = torch.zeros(1024, 1024, 1, 1)
     args = ([1, 1], [0, 0], [1, 1], [False, True, False])
-    (_, gw, _), ran = _launches(lambda: _backward(go, x, w, *args))
+    (_, gw, _), ran = launches(lambda: _backward(go, x, w, *args))
     assert ran == {"linear_gemm_panel": 1, "linear_column_sum": 1}, ran
     _, ref, _ = _oracle_backward(go, x, w, *args)
     torch.testing.assert_close(gw, ref.float(), rtol=0, atol=0)
@@ -178,7 +179,7 @@ def test_grad_weight_transposed_chunks_accumulate(sycl_cpu, memory_format):
     w = torch.zeros(64, 3, 7, 7)
     go = torch.randint(-4, 5, (3, 64, 112, 112)).float().contiguous(memory_format=fmt)
     args = ([2, 2], [3, 3], [1, 1], [False, True, False])
-    (_, gw, _), ran = _launches(lambda: _backward(go, x, w, *args))
+    (_, gw, _), ran = launches(lambda: _backward(go, x, w, *args))
     # two chunks; channels_last patches copied as runs of input rows, NCHW ones gathered
     im2col = "conv2d_im2col_rows" if memory_format == "channels_last" else "conv2d_im2col"
     assert ran[im2col] == 2 and ran["linear_gemm_panel"] == 2, ran
@@ -211,7 +212,7 @@ def test_grad_weight_over_the_padded_grid(sycl_cpu, case, dtype):
     w = torch.randn(O, C, KH, KW, dtype=dtype)
     go = torch.randn_like(F.conv2d(x, w, None, 1, pad)).contiguous(memory_format=CL)
     args = ([1, 1], list(pad), [1, 1], [False, True, False])
-    (_, gw, _), ran = _launches(lambda: _backward(go, x, w, *args))
+    (_, gw, _), ran = launches(lambda: _backward(go, x, w, *args))
     # the route: conv2d_im2col twice (the input and grad_output onto the grid, one launch each), then one GEMM whose
     # K ranges (the grid's 2116-4608 pixels: split) one linear_column_sum adds up
     assert ran == {"conv2d_im2col": 2, "linear_gemm_panel": 1, "linear_column_sum": 1}, ran
@@ -226,9 +227,9 @@ def test_grad_weight_over_the_padded_grid(sycl_cpu, case, dtype):
     wi = torch.randint(-4, 5, w.shape).to(dtype)
     goi = torch.randint(-4, 5, go.shape).to(dtype).contiguous(memory_format=CL)
     _, exact, _ = _oracle_backward(goi, xi, wi, *args)
-    (_, gw_grid, _), ran = _launches(lambda: _backward(goi, xi, wi, *args))
+    (_, gw_grid, _), ran = launches(lambda: _backward(goi, xi, wi, *args))
     assert ran["conv2d_im2col"] == 2, ran
-    (_, gw_im2col, _), ran = _launches(lambda: _backward(goi.contiguous(), xi.contiguous(), wi, *args))
+    (_, gw_im2col, _), ran = launches(lambda: _backward(goi.contiguous(), xi.contiguous(), wi, *args))
     assert ran["conv2d_im2col"] == 1, ran
     torch.testing.assert_close(gw_grid, exact.to(dtype), rtol=0, atol=0)
     torch.testing.assert_close(gw_im2col, exact.to(dtype), rtol=0, atol=0)
@@ -244,7 +245,7 @@ def test_grad_weight_padded_grid_falls_back_on_non_finite_input(sycl_cpu):
     w = torch.randn(8, 64, 3, 3)
     go = torch.randn(1, 8, 48, 48).contiguous(memory_format=CL)
     args = ([1, 1], [1, 1], [1, 1], [False, True, False])
-    (_, gw, _), ran = _launches(lambda: _backward(go, x, w, *args))
+    (_, gw, _), ran = launches(lambda: _backward(go, x, w, *args))
     # the grid route (two im2col launches onto the grid, a GEMM), then the fallback (one im2col chunk, a GEMM); each
     # GEMM's K (2304 pixels and more) is split, its ranges added by a linear_column_sum
     assert ran == {"conv2d_im2col": 3, "linear_gemm_panel": 2, "linear_column_sum": 2}, ran
@@ -255,29 +256,9 @@ def test_grad_weight_padded_grid_falls_back_on_non_finite_input(sycl_cpu):
     torch.testing.assert_close(torch.isfinite(gw), torch.isfinite(ref))
 
 
-def _profiled(fn):
-    """fn()'s result and the kernel profiler's rows for it: label -> (launches, seconds) (csrc/sycl/launch.h)."""
-    _C.sycl.kernel_profile(reset=True)
-    _C.sycl.set_kernel_profiling(True)
-    try:
-        out = fn()
-    finally:
-        _C.sycl.set_kernel_profiling(False)
-    return out, _C.sycl.kernel_profile(reset=True)
-
-
-def _launches(fn):
-    """fn()'s result and how many times it launched each SYCL kernel (by name, template arguments dropped)."""
-    out, rows = _profiled(fn)
-    counts: dict[str, int] = {}
-    for label, (n, _) in rows.items():
-        counts[label.split("<")[0]] = counts.get(label.split("<")[0], 0) + n
-    return out, counts
-
-
 def _kernels_run(fn):
     """fn()'s result and the labels of the SYCL kernels it launched."""
-    out, rows = _profiled(fn)
+    out, rows = profiled(fn)
     return out, set(rows)
 
 
@@ -378,7 +359,7 @@ def test_strided_pointwise_grad_input_as_gemm(sycl_cpu, case, dtype):
     OH, OW = (H - 1) // stride[0] + 1, (W - 1) // stride[1] + 1
     go = torch.randn(N, O, OH, OW, dtype=dtype).contiguous(memory_format=CL)
     mask = [True, False, False]
-    (gi, _, _), counts = _launches(lambda: _backward(go, x, w, list(stride), [0, 0], [1, 1], mask))
+    (gi, _, _), counts = launches(lambda: _backward(go, x, w, list(stride), [0, 0], [1, 1], mask))
     ref, _, _ = _oracle_backward(go, x, w, list(stride), [0, 0], [1, 1], mask)
     assert counts.get("linear_gemm_panel", 0) >= 1 and "conv2d_igemm" not in counts, counts
     assert gi.is_contiguous(memory_format=CL)
@@ -409,7 +390,7 @@ def test_strided_pointwise_forward_as_gemm(sycl_cpu, case, dtype):
     x = x.contiguous(memory_format=CL)
     for name, (fn, expected) in _pointwise_runs(x, w, b, res, stride).items():
         with torch.no_grad():
-            out, counts = _launches(fn)
+            out, counts = launches(fn)
         assert counts.get("linear_gemm_panel", 0) == 1 and "conv2d_igemm" not in counts, (name, counts)
         assert out.is_contiguous(memory_format=CL)
         assert_close(out, expected, dtype, f"strided 1x1 {name} {case}", terms=C + 1)
@@ -446,7 +427,7 @@ def test_strided_window_grad_input_as_gemm_and_col2im(sycl_cpu, case, memory_for
         w = w.contiguous(memory_format=CL)
     go = torch.randn_like(F.conv2d(x, w, None, stride, padding)).contiguous(memory_format=fmt)
     mask = [True, False, False]
-    (gi, _, _), counts = _launches(lambda: _backward(go, x, w, list(stride), list(padding), [1, 1], mask))
+    (gi, _, _), counts = launches(lambda: _backward(go, x, w, list(stride), list(padding), [1, 1], mask))
     ref, _, _ = _oracle_backward(go, x, w, list(stride), list(padding), [1, 1], mask)
     if k == (1, 1) and fmt == CL:  # the strided 1x1 channels_last route: one GEMM, placed without col2im
         assert "conv2d_col2im" not in counts and counts.get("linear_gemm_panel", 0) == 1, counts
@@ -529,7 +510,7 @@ def test_nchw_pointwise_as_pixel_gemm(sycl_cpu, case, dtype):
     channels_last = _pointwise_runs(x.contiguous(memory_format=CL), w, b, res, stride)
     for name, (fn, expected) in _pointwise_runs(x, w, b, res, stride).items():
         with torch.no_grad():
-            out, counts = _launches(fn)
+            out, counts = launches(fn)
         assert counts.get("linear_gemm_panel", 0) == 1 and "conv2d_igemm" not in counts, (name, counts)
         assert counts.get("conv2d_im2col", 0) == (1 if copied else 0), (name, counts)
         assert out.is_contiguous() and out.shape == expected.shape
@@ -544,7 +525,7 @@ def test_nchw_pointwise_as_pixel_gemm(sycl_cpu, case, dtype):
     # in place and grad_input written as NCHW
     go = torch.randn(res.shape, dtype=dtype)
     mask = [True, False, False]
-    (gi, _, _), counts = _launches(lambda: _backward(go, x, w, [1, 1], [0, 0], [1, 1], mask))
+    (gi, _, _), counts = launches(lambda: _backward(go, x, w, [1, 1], [0, 0], [1, 1], mask))
     assert counts.get("linear_gemm_panel", 0) == 1 and "conv2d_igemm" not in counts, counts
     assert gi.is_contiguous()
     ref_gi, _, _ = _oracle_backward(go, x, w, [1, 1], [0, 0], [1, 1], mask)
@@ -580,7 +561,7 @@ def test_non_dense_grad_output_takes_the_gemm_routes(sycl_cpu, memory_format, ki
     w = torch.randn(100, 70, 1, 1)
     go = GRAD_KINDS[kind](fmt)
     assert go.shape == (2, 100, 33, 32) and not go.is_contiguous(memory_format=fmt)
-    (gi, gw, gb), ran = _launches(lambda: _backward(go, x, w, [1, 1], [0, 0], [1, 1], [True, True, True]))
+    (gi, gw, gb), ran = launches(lambda: _backward(go, x, w, [1, 1], [0, 0], [1, 1], [True, True, True]))
     assert "conv2d_igemm" not in ran, f"the direct kernel ran: {ran}"
     # one conv2d_im2col launch either way: channels_last, the copy (grad_weight reads the input's rows in place);
     # NCHW, grad_weight's patches (the copy is torch's)
@@ -599,7 +580,7 @@ def test_backward_with_nothing_asked_launches_nothing(sycl_cpu):
     (it would outlive the call unwaited)."""
     x = torch.randn(1, 8, 5, 5).contiguous(memory_format=CL)
     go = torch.full((1, 1, 1, 1), 1.0).expand(1, 4, 5, 5)
-    grads, ran = _launches(lambda: _backward(go, x, torch.randn(4, 8, 3, 3), [1, 1], [1, 1], [1, 1], [False] * 3))
+    grads, ran = launches(lambda: _backward(go, x, torch.randn(4, 8, 3, 3), [1, 1], [1, 1], [1, 1], [False] * 3))
     assert ran == {} and all(g.numel() == 0 for g in grads), (ran, grads)
 
 

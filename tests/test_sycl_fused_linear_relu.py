@@ -16,8 +16,10 @@ from __future__ import annotations
 import pytest
 import torch
 import torch.nn.functional as F
+from _kernel_launches import launches
 
 import xkernels
+from xkernels import _C
 from xkernels.tolerances import DTYPES, assert_close, between_backends
 
 import _backends
@@ -270,22 +272,6 @@ def test_panel_blocks_cover_every_tile(sycl_available, monkeypatch, dtype):
     assert (out > 0).any() and (out == 0).any()
 
 
-def _kernel_launches(fn):
-    """fn()'s result and how many times it launched each SYCL kernel, by name without template arguments."""
-    from xkernels import _C
-
-    _C.sycl.kernel_profile(reset=True)
-    _C.sycl.set_kernel_profiling(True)
-    try:
-        out = fn()
-    finally:
-        _C.sycl.set_kernel_profiling(False)
-    counts: dict[str, int] = {}
-    for label, (n, _) in _C.sycl.kernel_profile(reset=True).items():
-        counts[label.split("<")[0]] = counts.get(label.split("<")[0], 0) + n
-    return out, counts
-
-
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 @pytest.mark.parametrize("bias", [True, False], ids=["bias", "no_bias"])
 def test_packed_few_rows_whole_row_tiles(sycl_available, dtype, bias):
@@ -298,13 +284,13 @@ def test_packed_few_rows_whole_row_tiles(sycl_available, dtype, bias):
     M, N, K = 13, 16 * 64 + 37, 700
     x = (torch.randn(M, K) / K**0.5).to(dtype)
     w, b = randn(N, K, dtype=dtype), (randn(N, dtype=dtype) if bias else None)
-    avx2 = _C_sycl().linear_unpacked_max_rows() > 0
+    avx2 = _C.sycl.linear_unpacked_max_rows() > 0
     with xkernels.use_backend("sycl"), torch.no_grad():
         packed = xkernels.pack_linear_weight(w)
-        whole, ran = _kernel_launches(lambda: xkernels.fused_linear_relu_packed(x, packed, b, N))
+        whole, ran = launches(lambda: xkernels.fused_linear_relu_packed(x, packed, b, N))
         assert "linear_gemm_row" not in ran, ran
         for m in range(1, 10):
-            out, ran = _kernel_launches(lambda m=m: xkernels.fused_linear_relu_packed(x[:m], packed, b, N))
+            out, ran = launches(lambda m=m: xkernels.fused_linear_relu_packed(x[:m], packed, b, N))
             if avx2:
                 expected_kernel = "linear_gemm_row" if m <= 8 else "linear_gemm_panel"
                 assert ran.get(expected_kernel) == 1 and len(ran) == 1, (m, ran)
@@ -315,13 +301,7 @@ def test_packed_few_rows_whole_row_tiles(sycl_available, dtype, bias):
         narrow = xkernels.pack_linear_weight(w[:256])
         b_narrow = None if b is None else b[:256]
         for m, kernel in ((1, "linear_gemm_row"), (8, "linear_gemm_panel")):
-            out, ran = _kernel_launches(lambda m=m: xkernels.fused_linear_relu_packed(x[:m], narrow, b_narrow, 256))
+            out, ran = launches(lambda m=m: xkernels.fused_linear_relu_packed(x[:m], narrow, b_narrow, 256))
             if avx2:
                 assert ran.get(kernel) == 1 and len(ran) == 1, (m, ran)
             torch.testing.assert_close(out, whole[:m, :256], rtol=0, atol=0, msg=f"{m} rows of 256 columns")
-
-
-def _C_sycl():
-    from xkernels import _C
-
-    return _C.sycl

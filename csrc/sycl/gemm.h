@@ -222,9 +222,42 @@ void panel_gemm_lanes(Launcher& L, const at::Tensor& A, const T* b_ptr, int64_t 
     if constexpr (std::is_same_v<T, acc>) partial_ptr = c_ptr;
     partial = empty({(ranges - 1) * M * N}, C.options());
   }
+  // The kernels' parameters; row_groups and panel_block are linear_gemm_panel's, set below.
+  xk::linear_gemm_panel_params<T> params{.A = cptr<T>(A),
+                                         .a_rs = a.rs,
+                                         .a_ks = a.ks,
+                                         .B = b_ptr,
+                                         .ldb = ldb,
+                                         .b_panel_stride = panel_stride,
+                                         .bias = cptr_or_null<T>(bias),
+                                         .C = c_ptr,
+                                         .ldc = c.rs,
+                                         .partial = partial_ptr,
+                                         .M = M,
+                                         .N = N,
+                                         .K = K,
+                                         .k_block = k_block,
+                                         .row_groups = 1,
+                                         .b_panel_cols = panel_cols,
+                                         .accumulate = accumulate ? 1 : 0,
+                                         .res = res,
+                                         .bias_rows = bias_rows ? 1 : 0,
+                                         .a_ow = a.ow,
+                                         .a_ohw = a.ohw,
+                                         .a_sn = a.sn,
+                                         .a_sh = a.sh,
+                                         .panel_block = 1,
+                                         .k_split = k_split,
+                                         .splits = ranges > 1 ? mptr<T>(partial) : nullptr,
+                                         .c_ow = c.ow,
+                                         .c_ohw = c.ohw,
+                                         .c_sn = c.sn,
+                                         .c_sh = c.sh,
+                                         .c_cs = c.ks};
   // Whole-row tiles (GemmConfig::kWideMaxRows, linear_gemm_row): the AVX2 kernel's 16-column tiles would each read
   // 64 of every 256 bytes of a packed row; a work-group over the whole packed row reads B as one stream. Needs B's
-  // columns contiguous across the work-group's width: packed panels of a multiple of it, or B in place.
+  // columns contiguous across the work-group's width (packed panels of a multiple of it, or B in place), a dense C,
+  // one K range, no residual and a column bias.
   if constexpr (S == 8) {
     constexpr int64_t wide_cols = int64_t{G::kCols} * xk::kWideTiles;
     const int64_t wide_groups = ceil_div(N, wide_cols);
@@ -232,43 +265,10 @@ void panel_gemm_lanes(Launcher& L, const at::Tensor& A, const T* b_ptr, int64_t 
     if (!L.lanes_are_work_items() && few_rows && relu && !pixel_out && ranges == 1 && res == nullptr && !bias_rows &&
         (panel_cols % wide_cols == 0 || panel_stride == panel_cols)) {
       const sycl::nd_range<1> rows_range(sycl::range<1>(wide_groups * G::kSubGroup), sycl::range<1>(G::kSubGroup));
-      auto launch = [&](auto BIAS) {
-        L.launch<xk::linear_gemm_row<BIAS, true>, T>(rows_range, {.A = cptr<T>(A),
-                                                                  .a_rs = a.rs,
-                                                                  .a_ks = a.ks,
-                                                                  .B = b_ptr,
-                                                                  .ldb = ldb,
-                                                                  .b_panel_stride = panel_stride,
-                                                                  .bias = cptr_or_null<T>(bias),
-                                                                  .C = c_ptr,
-                                                                  .ldc = c.rs,
-                                                                  .partial = partial_ptr,
-                                                                  .M = M,
-                                                                  .N = N,
-                                                                  .K = K,
-                                                                  .k_block = k_block,
-                                                                  .row_groups = 1,
-                                                                  .b_panel_cols = panel_cols,
-                                                                  .accumulate = accumulate ? 1 : 0,
-                                                                  .res = nullptr,
-                                                                  .bias_rows = 0,
-                                                                  .a_ow = a.ow,
-                                                                  .a_ohw = a.ohw,
-                                                                  .a_sn = a.sn,
-                                                                  .a_sh = a.sh,
-                                                                  .panel_block = 1,
-                                                                  .k_split = 0,
-                                                                  .splits = nullptr,
-                                                                  .c_ow = 0,
-                                                                  .c_ohw = 0,
-                                                                  .c_sn = 0,
-                                                                  .c_sh = 0,
-                                                                  .c_cs = 1});
-      };
       if (bias.defined())
-        launch(std::true_type{});
+        L.launch<xk::linear_gemm_row<true, true>, T>(rows_range, params);
       else
-        launch(std::false_type{});
+        L.launch<xk::linear_gemm_row<false, true>, T>(rows_range, params);
       return;
     }
   }
@@ -280,43 +280,14 @@ void panel_gemm_lanes(Launcher& L, const at::Tensor& A, const T* b_ptr, int64_t 
   constexpr int64_t budget = GemmConfig::kPanelBlockBytes;
   const int64_t k_range = ranges > 1 ? k_split : K;  // the K of one range's work-groups
   const int64_t panel_bytes = int64_t{G::kCols} * k_range * static_cast<int64_t>(sizeof(T));
-  const int64_t panel_block =
+  params.row_groups = row_groups;
+  params.panel_block =
       M * k_range * static_cast<int64_t>(sizeof(T)) > budget
           ? std::clamp<int64_t>(budget / std::max<int64_t>(panel_bytes, 1), 1, std::max<int64_t>(panels, 1))
           : 1;
   const sycl::nd_range<1> range(sycl::range<1>(groups * G::kSubGroup), sycl::range<1>(G::kSubGroup));
   with_epilogue</*kBiasOnly=*/true>(bias.defined(), relu, [&](auto BIAS, auto RELU) {
-    L.launch<xk::linear_gemm_panel<BIAS, RELU, S>, T>(range, {.A = cptr<T>(A),
-                                                              .a_rs = a.rs,
-                                                              .a_ks = a.ks,
-                                                              .B = b_ptr,
-                                                              .ldb = ldb,
-                                                              .b_panel_stride = panel_stride,
-                                                              .bias = cptr_or_null<T>(bias),
-                                                              .C = c_ptr,
-                                                              .ldc = c.rs,
-                                                              .partial = partial_ptr,
-                                                              .M = M,
-                                                              .N = N,
-                                                              .K = K,
-                                                              .k_block = k_block,
-                                                              .row_groups = row_groups,
-                                                              .b_panel_cols = panel_cols,
-                                                              .accumulate = accumulate ? 1 : 0,
-                                                              .res = res,
-                                                              .bias_rows = bias_rows ? 1 : 0,
-                                                              .a_ow = a.ow,
-                                                              .a_ohw = a.ohw,
-                                                              .a_sn = a.sn,
-                                                              .a_sh = a.sh,
-                                                              .panel_block = panel_block,
-                                                              .k_split = k_split,
-                                                              .splits = ranges > 1 ? mptr<T>(partial) : nullptr,
-                                                              .c_ow = c.ow,
-                                                              .c_ohw = c.ohw,
-                                                              .c_sn = c.sn,
-                                                              .c_sh = c.sh,
-                                                              .c_cs = c.ks});
+    L.launch<xk::linear_gemm_panel<BIAS, RELU, S>, T>(range, params);
   });
   if (ranges > 1) {  // C += the later ranges' sums, in range order (C is dense [M, N]: one column of M * N)
     constexpr int64_t kLocal = 16;
