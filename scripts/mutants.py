@@ -984,8 +984,8 @@ MUTANTS: list[Mutant] = [
     M(
         "gemm-nchw-out-channel-stride",
         "csrc/sycl/gemm.h",
-        "                                                              .c_cs = c.ks});",
-        "                                                              .c_cs = c.rs});",
+        "                                         .c_cs = c.ks};",
+        "                                         .c_cs = c.rs};",
         "tests/test_conv2d_gemm_paths.py -k pixel_gemm",
         "panel GEMM into an NCHW output: channels written one element apart instead of OH * OW",
     ),
