@@ -157,6 +157,9 @@ def test_group_kernel_names_follow_the_device_traits(sycl_cpu):
     # (16 lanes is the descriptors' default template argument, so its names carry no width)
     assert not any(n.startswith(("xk_linear_gemm_panel_true_true__", "xk_linear_gemm_dot_true_true__")) for n in avx2)
     assert "xk_linear_gemm_panel_true_true__float" in avx512 and not any("_true_8__" in n for n in avx512)
+    # the few-row kernel of whole packed rows (AVX2 only: the AVX-512 panel tile already spans a packed row)
+    assert "xk_linear_gemm_row_true_true__float" in avx2 and "xk_linear_gemm_row_false_true__bf16" in avx2
+    assert not any("linear_gemm_row" in n for n in avx512 + lin16)
     conv_avx2 = sycl_cpu.group_kernel_names("conv2d.hpp", True, True, widths, 8)
     assert "xk_conv2d_igemm_false_8_6_2__float" in conv_avx2 and "xk_conv2d_igemm_false_8_6_2__double" in conv_avx2
     assert not any("_6_4__" in n or "_16_" in n for n in conv_avx2), "AVX2: no 16-lane or 6x4 (AVX-512) tiles"

@@ -255,9 +255,10 @@ void panel_gemm_lanes(Launcher& L, const at::Tensor& A, const T* b_ptr, int64_t 
                                          .c_sh = c.sh,
                                          .c_cs = c.ks};
   // Whole-row tiles (GemmConfig::kWideMaxRows, linear_gemm_row): the AVX2 kernel's 16-column tiles would each read
-  // 64 of every 256 bytes of a packed row; a work-group over the whole packed row reads B as one stream. Needs B's
-  // columns contiguous across the work-group's width (packed panels of a multiple of it, or B in place), a dense C,
-  // one K range, no residual and a column bias.
+  // 64 of every 256 bytes of a packed row; a work-group over the whole packed row reads B as one stream. The kernel
+  // needs B's columns contiguous across the work-group's width (packed panels of a multiple of it, or B in place), a
+  // dense C and one K range; the route is further limited to what was measured: ReLU epilogues (the two instantiated
+  // variants), no residual, a column bias.
   if constexpr (S == 8) {
     constexpr int64_t wide_cols = int64_t{G::kCols} * xk::kWideTiles;
     const int64_t wide_groups = ceil_div(N, wide_cols);
