@@ -73,6 +73,10 @@ bool sycl_cpu_available(at::ScalarType, std::string* why_not) {
 }
 #endif
 
+#ifndef XKERNELS_WITH_SYCL
+void settle_host_work() {}
+#endif
+
 #ifndef XKERNELS_WITH_ACPP
 bool acpp_cpu_available(std::string* why_not) {
   if (why_not)

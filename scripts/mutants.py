@@ -498,11 +498,29 @@ MUTANTS: list[Mutant] = [
     M(
         "sycl-host-release-no-drain",
         "csrc/sycl/launch_checking.cpp",
-        "  if (!w.queued) return;\n  w.queued = false;",
-        "  if (w.queued) return;\n  w.queued = false;",
+        "  if (w.queued) {\n    w.queued = false;",
+        "  if (!w.queued) {\n    w.queued = false;",
         "tests/test_launch_faults.py",
         "SYCL CPU tensors: a host block released during an error part way through an op no longer waits for the "
         "kernels still queued (they write into freed or reused memory)",
+    ),
+    M(
+        "sycl-deferred-packed-conv-no-settle",
+        "csrc/sycl/conv2d.cpp",
+        "  if (w.defer == 0 || !packed_forward_defers(input, bias, residual, p)) {\n    settle_host_work();\n",
+        "  if (w.defer == 0 || !packed_forward_defers(input, bias, residual, p)) {\n",
+        "tests/test_deferred_waits.py",
+        "Inside a deferred-wait region, conv2d_packed with a residual it must copy on the host no longer waits for "
+        "the region's queued kernels first (the copy reads a tensor not yet written)",
+    ),
+    M(
+        "deferred-region-ignores-hooks",
+        "python/xkernels/_deferred.py",
+        "            if parent._modules.get(name) is not child or any(getattr(child, t, None) for t in _TABLES):",
+        "            if parent._modules.get(name) is not child:",
+        "tests/test_deferred_waits.py",
+        "A deferred-wait region opens although a module under its container has a hook (the hook sees a tensor "
+        "whose kernel has not run)",
     ),
     M(
         "sycl-amx-window-tap-column",

@@ -25,6 +25,7 @@
 #include "sycl/host_alloc.h"
 #include "sycl/launch.h"
 #include "sycl/runtime_internal.h"
+#include "xkernels/backend.h"
 #include "xkernels/checks.h"
 #include "xkernels/dispatch.h"
 #include "xkernels/ops.h"
@@ -1377,9 +1378,34 @@ bool conv2d_amx_for_cpu_tensors(int64_t out_channels, int64_t in_channels, int64
   return traits_of(cpu_queue()).amx_bf16 &&
          amx_conv2d_shape_fits(out_channels, in_channels, kh, kw, stride, padding, groups);
 }
+// Inside a deferred-wait region (launch.h PendingHostWork), a float32 / float64 convolution whose input, residual
+// and bias are dense as the routes read them in place runs only kernels from here on (the forward routes of packed
+// weights wait only at their end; the AMX route, which copies its input on the host, is for bfloat16), so it returns
+// with them queued; any other call waits for the region's kernels first.
+bool packed_forward_defers(const at::Tensor& input, const at::Tensor& bias, const at::Tensor& residual,
+                           const Conv2dProblem& p) {
+  const auto fmt = p.channels_last ? at::MemoryFormat::ChannelsLast : at::MemoryFormat::Contiguous;
+  const auto dense = [&](const at::Tensor& t) { return t.dim() == 4 && t.is_contiguous(fmt); };
+  return input.is_cpu() && (input.scalar_type() == at::kFloat || input.scalar_type() == at::kDouble) && dense(input) &&
+         (!residual.defined() || dense(residual)) && (!bias.defined() || bias.is_contiguous());
+}
+
 at::Tensor conv2d_packed(const at::Tensor& input, const at::Tensor& packed_weight, const at::Tensor& bias,
                          const at::Tensor& residual, bool relu, const Conv2dProblem& p) {
-  return forward_packed(Launcher::for_tensor(input), input, packed_weight, bias, residual, relu, p);
+  PendingHostWork& w = pending_host_work();
+  if (w.defer == 0 || !packed_forward_defers(input, bias, residual, p)) {
+    settle_host_work();
+    return forward_packed(Launcher::for_tensor(input), input, packed_weight, bias, residual, relu, p);
+  }
+  w.route_defers = true;
+  try {
+    at::Tensor out = forward_packed(Launcher::for_tensor(input), input, packed_weight, bias, residual, relu, p);
+    w.route_defers = false;
+    return out;
+  } catch (...) {
+    w.route_defers = false;
+    throw;
+  }
 }
 
 at::Tensor conv2d(const at::Tensor& input, const at::Tensor& weight, const at::Tensor& bias, const Conv2dProblem& p) {

@@ -131,6 +131,7 @@ Pool& pool() {
 }
 
 void release(void* ctx) {
+  if (defer_host_release(&release, ctx)) return;
   auto* b = static_cast<Block*>(ctx);
   drain_host_work();  // no queued kernel may still use the block (host_alloc.h)
   note_host_release();
@@ -143,6 +144,7 @@ struct TorchBlock {
   c10::DataPtr inner;
 };
 void release_torch_block(void* ctx) {
+  if (defer_host_release(&release_torch_block, ctx)) return;
   drain_host_work();
   delete static_cast<TorchBlock*>(ctx);
 }

@@ -17,6 +17,8 @@
 #include <cstdint>
 #include <cstdlib>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "sycl/kernel_table.h"
 #include "sycl/runtime.h"
@@ -114,9 +116,19 @@ void record_kernel_time(const std::string& label, std::chrono::steady_clock::dur
 // writes into freed memory, or into a block the caching allocator has handed to the next call. On the normal path
 // nothing is pending when temporaries die (the routes wait first), and device queues (XPU, CUDA) are not tracked:
 // their memory is stream-ordered.
+//
+// Deferred-wait regions (xkernels.backend.h settle_host_work; opened by xkernels.optimize's containers through
+// _C.sycl.defer_waits): while a region is open (`defer` > 0), a route that runs only SYCL kernels from its entry on
+// (`route_defers`, set by the route's entry for its own duration) returns with them still queued instead of waiting,
+// and a host block released meanwhile, of the SYCL backend or of torch's CPU allocator, is kept (`releases`) until
+// the region's wait instead of being waited for at its release. Every other op entry waits first
+// (settle_host_work), so no host code reads or writes memory that a queued kernel still uses.
 struct PendingHostWork {
   bool queued = false;
   sycl::event last;
+  int defer = 0;
+  bool route_defers = false;
+  std::vector<std::pair<void (*)(void*), void*>> releases;
 };
 // Per thread, allocated once and never freed: a tensor may be released while its thread exits, after the thread's
 // destructors ran (a trivially destructible pointer is still valid then).
@@ -189,6 +201,7 @@ class Launcher {
   // The only synchronisation: for a CPU tensor `t`, waits for the work launched so far and rethrows
   // asynchronous errors; for device tensors it returns at once (work stays ordered on torch's queue).
   void finish(const at::Tensor& t) {
+    if (host_queue_ && pending_host_work().route_defers) return;  // waited for when the deferred-wait region closes
     if (t.device().is_cpu()) pending_host_work().queued = false;  // the wait ends it, whether or not it throws
     wait_if_host(t, last_);
   }

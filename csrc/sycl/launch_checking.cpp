@@ -16,6 +16,7 @@
 
 #include "sycl/host_alloc.h"
 #include "sycl/launch.h"
+#include "xkernels/backend.h"
 
 namespace py = pybind11;
 
@@ -71,6 +72,7 @@ class CheckingCpuAllocator final : public c10::Allocator {
     return f;
   }
   static void release(void* data) {
+    if (defer_host_release(&release, data)) return;
     note_host_release();
     inner_free()(data);
   }
@@ -91,14 +93,54 @@ void install_checking_allocator() {
 
 }  // namespace
 
+namespace {
+// Runs the releases kept by defer_host_release (their own drain finds nothing queued).
+void run_kept_releases(PendingHostWork& w) noexcept {
+  while (!w.releases.empty()) {
+    std::vector<std::pair<void (*)(void*), void*>> kept;
+    kept.swap(w.releases);
+    for (auto& [fn, ctx] : kept) fn(ctx);
+  }
+}
+}  // namespace
+
 void drain_host_work() noexcept {
   PendingHostWork& w = pending_host_work();
-  if (!w.queued) return;
+  if (w.queued) {
+    w.queued = false;
+    try {
+      w.last.wait();
+    } catch (...) {  // the kernels have ended either way; the caller may be unwinding from the first error
+    }
+  }
+  run_kept_releases(w);
+}
+
+bool defer_host_release(void (*fn)(void*), void* ctx) noexcept {
+  PendingHostWork& w = pending_host_work();
+  if (w.defer == 0 || !w.queued) return false;
+  try {
+    w.releases.emplace_back(fn, ctx);
+  } catch (...) {  // no room to keep it: the caller waits and releases now
+    return false;
+  }
+  return true;
+}
+
+void sync_host_work() {
+  PendingHostWork& w = pending_host_work();
+  if (!w.queued) {
+    run_kept_releases(w);
+    return;
+  }
   w.queued = false;
   try {
-    w.last.wait();
-  } catch (...) {  // the kernels have ended either way; the caller may be unwinding from the first error
+    w.last.wait_and_throw();
+  } catch (...) {
+    run_kept_releases(w);
+    throw;
   }
+  run_kept_releases(w);
 }
 
 void note_host_release() noexcept {
@@ -124,6 +166,37 @@ void check_launch(const char* label) {
 }
 
 void bind_launch_checking(py::module_& m) {
+  m.def(
+      "host_work_pending", [] { return pending_host_work().queued; },
+      "Whether this thread has SYCL CPU kernels queued and not yet waited for (inside a deferred-wait region).");
+  m.def(
+      "settle_host_work",
+      [] {
+        py::gil_scoped_release nogil;
+        settle_host_work();
+      },
+      "Inside a deferred-wait region: waits for this thread's queued SYCL CPU kernels (and raises their errors), so "
+      "that the code that follows may read and write their tensors; outside one it returns at once.");
+  m.def(
+      "defer_waits",
+      [](bool on) {
+        PendingHostWork& w = pending_host_work();
+        if (on) {
+          install_checking_allocator();
+          ++w.defer;
+          return;
+        }
+        TORCH_CHECK(w.defer > 0, "xkernels: defer_waits(False) without a matching defer_waits(True)");
+        if (--w.defer == 0) {
+          py::gil_scoped_release nogil;
+          sync_host_work();
+        }
+      },
+      py::arg("on"),
+      "Opens (True) or closes (False) a deferred-wait region on this thread (regions nest). Inside, the SYCL "
+      "backend's ops on CPU tensors return with their kernels still queued on the in-order CPU queue, so only "
+      "xkernels SYCL ops may read or write the tensors they return before the region closes; closing the "
+      "outermost region waits for the kernels and raises their errors.");
   m.def(
       "set_launch_checking",
       [](bool on) {
@@ -162,3 +235,9 @@ void bind_launch_checking(py::module_& m) {
 }
 
 }  // namespace xkernels::sycl_backend
+
+namespace xkernels {
+void settle_host_work() {
+  if (sycl_backend::pending_host_work().defer > 0) sycl_backend::sync_host_work();
+}
+}  // namespace xkernels

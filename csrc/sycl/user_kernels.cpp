@@ -15,6 +15,7 @@
 #include "sycl/kernels/common.hpp"
 #include "sycl/runtime.h"
 #include "sycl/runtime_info.h"
+#include "xkernels/backend.h"
 
 namespace xkernels::sycl_backend {
 
@@ -457,6 +458,7 @@ namespace {
 
 void launch_op(int64_t source, const std::string& kernel, at::IntArrayRef global, at::IntArrayRef local,
                const std::vector<at::Tensor>& tensors, const std::vector<c10::Scalar>& scalars) {
+  settle_host_work();  // backend.h: a deferred-wait region's kernels finish first
   user_source(source)->launch(kernel, global.vec(), local.vec(), tensors, scalars);
 }
 

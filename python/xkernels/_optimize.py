@@ -19,6 +19,7 @@ import torch.fx as fx
 import torch.nn.functional as F
 from torch import nn
 
+from . import _deferred
 from .nn import Conv2d, Conv2dEpilogue, FoldedConv2d, FusedLinearReLU, LayerNorm, _foldable_batchnorm
 
 __all__ = ["optimize", "call_graph", "find_conv_bn", "find_conv_epilogues", "ConvBNMatch", "EpilogueMatch"]
@@ -554,6 +555,7 @@ def optimize(
     fold_batchnorm: bool = True,
     epilogues: bool = True,
     memory_format: str | torch.memory_format = "auto",
+    defer_waits: bool = True,
     report: list | None = None,
 ) -> nn.Module:
     """Returns `model` with xkernels modules swapped in:
@@ -590,6 +592,14 @@ def optimize(
     layer the conversion would be a copy per call) whose parameters are all on the CPU, where it measured
     faster (docs/performance.md, "Memory format through optimize()"); preserve elsewhere (on CUDA the two
     formats measured within 10 % of each other, either way, on an H200).
+
+    ``defer_waits`` (eval-mode models with ``pack_weights=True``): the outermost containers (``nn.Sequential`` or
+    rewritten ones) whose forward only chains xkernels convolutions, two or more (a ResNet bottleneck, a stage
+    of them), wait once for their kernels, when they return, instead of once per convolution (``_deferred.py``;
+    docs/performance.md, "Deferred waits"). Such a container gets a forward pre-hook and a forward hook of its
+    own (and its own hook tables). The results are the same bits; the region is skipped for a call where any
+    module under the container has a hook or was replaced, where a global module hook exists, or under
+    torch.compile. ``False`` leaves every convolution waiting for its own kernels.
 
     A model in train mode keeps exact module semantics: BatchNorm stays torch's (batch statistics,
     running statistics updated as torch does) and no forward is rewritten.
@@ -648,6 +658,8 @@ def optimize(
         for m in tree.root.modules():
             if isinstance(m, Conv2d) and tree.owns(m):  # only modules optimize() made: the user's stay as they are
                 m.channels_last = True
+    if inference and pack_weights and conv2d and defer_waits:
+        _deferred.attach(tree.root, tree.owns)
     return tree.root
 
 

@@ -28,7 +28,7 @@ import torch
 from torch import Tensor, nn
 from torch.nn import functional as F
 
-from . import _C, ops
+from . import _C, _deferred, ops
 
 __all__ = [
     "FusedLinearReLU",
@@ -371,11 +371,13 @@ class Conv2d(nn.Conv2d):
         return super().train(mode)
 
     def forward(self, input: Tensor) -> Tensor:
-        plan = self.__dict__.get("_packed_call")
-        if plan is not None and not torch.compiler.is_compiling():
-            out = plan.call(self, input, None)
-            if out is not None:
-                return out
+        if not torch.compiler.is_compiling():
+            plan = self.__dict__.get("_packed_call")
+            if plan is not None:
+                out = plan.call(self, input, None)
+                if out is not None:
+                    return out
+            _deferred.settle()  # the long way runs torch ops on the input (_deferred: deferred-wait regions)
         return self._conv_forward(input, self.weight, self.bias)
 
     def __setattr__(self, name: str, value) -> None:
@@ -599,11 +601,13 @@ class Conv2dEpilogue(Conv2d):
         return m
 
     def forward(self, input: Tensor, residual: Tensor | None = None) -> Tensor:
-        plan = self.__dict__.get("_packed_call")
-        if plan is not None and not torch.compiler.is_compiling():
-            out = plan.call(self, input, residual)
-            if out is not None:
-                return out
+        if not torch.compiler.is_compiling():
+            plan = self.__dict__.get("_packed_call")
+            if plan is not None:
+                out = plan.call(self, input, residual)
+                if out is not None:
+                    return out
+            _deferred.settle()  # the long way runs torch ops on the input (_deferred: deferred-wait regions)
         if self.padding_mode != "zeros":
             raise _unsupported_padding_mode(self.padding_mode)
         input = self._layout(input)

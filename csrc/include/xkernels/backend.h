@@ -40,6 +40,12 @@ bool sycl_cuda_device_available(int index, std::string* why_not);
 
 // Which implementation runs an op on CPU tensors: Reference, Sycl or (explicitly selected) Acpp.
 Backend choose_cpu_backend(const char* op, at::ScalarType dtype);
+// Inside a deferred-wait region on this thread (csrc/sycl/launch.h PendingHostWork; xkernels.optimize opens them
+// around containers of packed convolutions): waits for the SYCL CPU kernels this thread has queued and rethrows their
+// errors, so that the host code that follows may read and write their tensors. Every op entry calls it before
+// touching data (entry.h), except conv2d_packed's SYCL route, which decides for itself. Outside a region (or built
+// without SYCL) it returns at once.
+void settle_host_work();
 // The decision choose_cpu_backend makes, without checking an explicit request or recording it: the requested
 // backend, or under "auto" Sycl when the SYCL CPU device runs `dtype`, else Reference (`auto_fallback_reason`,
 // if given, then says why). xkernels._C.cpu_backend exports it to Python.

@@ -1,5 +1,6 @@
 // The registered dispatcher functions, one per op, shared by every dispatch key.
-// Each validates (shapes.h), handles degenerate sizes once for all backends,
+// Each first lets a deferred-wait region's queued kernels finish (backend.h settle_host_work; conv2d_packed's SYCL
+// route decides for itself), validates (shapes.h), handles degenerate sizes once for all backends,
 // asks the key's chooser which backend runs, and calls it (ops.h).
 //
 // A dispatch key registers them as, e.g.
@@ -42,6 +43,7 @@ inline at::Tensor zeros_in(at::IntArrayRef sizes, const at::TensorOptions& opts,
 // ---------------------------------------------------------------- fused_linear_relu
 template <Chooser choose>
 at::Tensor fused_linear_relu(const at::Tensor& input, const at::Tensor& weight, const std::optional<at::Tensor>& bias) {
+  settle_host_work();
   const LinearProblem p = check_fused_linear_relu(input, weight, bias);
   const at::Tensor b = value_or_undefined(bias);
   if (p.M == 0 || p.N == 0) return at::empty(p.out_sizes, input.options());
@@ -54,6 +56,7 @@ at::Tensor fused_linear_relu(const at::Tensor& input, const at::Tensor& weight, 
 template <Chooser choose>
 Grads fused_linear_relu_backward(const at::Tensor& grad_output, const at::Tensor& input, const at::Tensor& weight,
                                  const at::Tensor& output, std::array<bool, 3> output_mask) {
+  settle_host_work();
   const LinearProblem p = check_fused_linear_relu_backward(grad_output, input, weight, output);
   const auto mask = output_mask;
   if (p.M == 0 || p.N == 0 || p.K == 0) {
@@ -72,6 +75,7 @@ Grads fused_linear_relu_backward(const at::Tensor& grad_output, const at::Tensor
 // Pre-packed weights: CPU key only (reference or SYCL on the CPU device); no CUDA / XPU kernels.
 template <Chooser choose>
 at::Tensor pack_linear_weight(const at::Tensor& weight) {
+  settle_host_work();
   check_pack_linear_weight(weight);
   const int64_t N = weight.size(0), K = weight.size(1), C = linear_pack_columns(weight.scalar_type());
   if (N == 0 || K == 0) return at::zeros({ceil_div(N, C), K, C}, weight.options());
@@ -87,6 +91,7 @@ at::Tensor pack_linear_weight(const at::Tensor& weight) {
 template <Chooser choose>
 at::Tensor fused_linear_relu_packed(const at::Tensor& input, const at::Tensor& packed_weight,
                                     const std::optional<at::Tensor>& bias, int64_t out_features) {
+  settle_host_work();
   const LinearProblem p = check_fused_linear_relu_packed(input, packed_weight, bias, out_features);
   const at::Tensor b = value_or_undefined(bias);
   if (p.M == 0 || p.N == 0) return at::empty(p.out_sizes, input.options());
@@ -119,6 +124,7 @@ inline std::optional<at::Tensor> conv2d_degenerate(const at::Tensor& input, cons
 template <Chooser choose>
 at::Tensor conv2d(const at::Tensor& input, const at::Tensor& weight, const std::optional<at::Tensor>& bias,
                   at::IntArrayRef stride, at::IntArrayRef padding, at::IntArrayRef dilation, int64_t groups) {
+  settle_host_work();
   const Conv2dProblem p = check_conv2d(input, weight, bias, stride, padding, dilation, groups);
   const at::Tensor b = value_or_undefined(bias);
   if (auto out = conv2d_degenerate(input, b, at::Tensor(), /*relu=*/false, p)) return *out;
@@ -131,6 +137,7 @@ template <Chooser choose>
 at::Tensor conv2d_relu(const at::Tensor& input, const at::Tensor& weight, const std::optional<at::Tensor>& bias,
                        at::IntArrayRef stride, at::IntArrayRef padding, at::IntArrayRef dilation, int64_t groups,
                        const std::optional<at::Tensor>& residual) {
+  settle_host_work();
   const Conv2dProblem p = check_conv2d_relu(input, weight, bias, stride, padding, dilation, groups, residual);
   const at::Tensor b = value_or_undefined(bias);
   const at::Tensor r = value_or_undefined(residual);
@@ -142,6 +149,7 @@ at::Tensor conv2d_relu(const at::Tensor& input, const at::Tensor& weight, const 
 // Pre-packed conv2d weights: CPU key only (reference, SYCL on the CPU device, acpp).
 template <Chooser choose>
 at::Tensor pack_conv2d_weight(const at::Tensor& weight, int64_t groups) {
+  settle_host_work();
   check_pack_conv2d_weight(weight, groups);
   if (weight.numel() == 0)
     return at::zeros({conv2d_pack_layout(weight.sizes(), groups, weight.scalar_type()).numel}, weight.options());
@@ -163,8 +171,11 @@ at::Tensor conv2d_packed(const at::Tensor& input, const at::Tensor& packed_weigh
       check_conv2d_packed(input, packed_weight, weight_shape, bias, stride, padding, dilation, groups, residual);
   const at::Tensor b = value_or_undefined(bias);
   const at::Tensor r = value_or_undefined(residual);
+  if (p.N == 0 || p.O == 0 || p.C == 0 || p.KH == 0 || p.KW == 0) settle_host_work();  // conv2d_degenerate's host ops
   if (auto out = conv2d_degenerate(input, b, r, relu, p)) return *out;
-  switch (choose("conv2d_packed", input.scalar_type())) {
+  const Backend chosen = choose("conv2d_packed", input.scalar_type());
+  if (chosen != Backend::Sycl) settle_host_work();  // the SYCL route settles or defers itself
+  switch (chosen) {
     case Backend::Reference: return reference::conv2d_packed(input, packed_weight, b, r, relu, p);
     case Backend::Sycl: XK_IF_SYCL(return sycl_backend::conv2d_packed(input, packed_weight, b, r, relu, p));
     case Backend::Acpp: XK_IF_ACPP(return acpp_backend::conv2d_packed(input, packed_weight, b, r, relu, p));
@@ -176,6 +187,7 @@ template <Chooser choose>
 Grads conv2d_backward(const at::Tensor& grad_output, const at::Tensor& input, const at::Tensor& weight,
                       at::IntArrayRef stride, at::IntArrayRef padding, at::IntArrayRef dilation, int64_t groups,
                       std::array<bool, 3> output_mask) {
+  settle_host_work();
   const Conv2dProblem p = check_conv2d_backward(grad_output, input, weight, stride, padding, dilation, groups);
   const auto mask = output_mask;
   if (grad_output.numel() == 0 || input.numel() == 0 || weight.numel() == 0) {
@@ -215,6 +227,7 @@ inline void layer_norm_run_forward(Backend chosen, const at::Tensor& input, cons
 template <Chooser choose>
 Grads layer_norm_forward(const at::Tensor& input, at::IntArrayRef normalized_shape,
                          const std::optional<at::Tensor>& weight, const std::optional<at::Tensor>& bias, double eps) {
+  settle_host_work();
   const LayerNormProblem p = check_layer_norm(input, normalized_shape, weight, bias, eps);
   if (p.M == 0 || p.N == 0) {
     const auto stat_opts = input.options().dtype(layer_norm_stat_dtype(input.scalar_type()));
@@ -235,6 +248,7 @@ template <Chooser choose>
 at::Tensor& layer_norm_out(const at::Tensor& input, at::IntArrayRef normalized_shape,
                            const std::optional<at::Tensor>& weight, const std::optional<at::Tensor>& bias, double eps,
                            at::Tensor& out) {
+  settle_host_work();
   const LayerNormProblem p = check_layer_norm(input, normalized_shape, weight, bias, eps);
   check_layer_norm_out(input, weight, bias, out);
   if (p.M == 0 || p.N == 0) return out;  // nothing to write
@@ -251,6 +265,7 @@ template <Chooser choose>
 Grads layer_norm_backward(const at::Tensor& grad_output, const at::Tensor& input, at::IntArrayRef normalized_shape,
                           const at::Tensor& mean, const at::Tensor& rstd, const std::optional<at::Tensor>& weight,
                           const std::optional<at::Tensor>& bias, std::array<bool, 3> output_mask) {
+  settle_host_work();
   const LayerNormProblem p = check_layer_norm_backward(grad_output, input, normalized_shape, mean, rstd, weight, bias);
   auto mask = output_mask;
   const at::Tensor w = value_or_undefined(weight);
