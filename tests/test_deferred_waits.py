@@ -199,3 +199,18 @@ def test_no_region_under_grad_or_for_unpacked_models():
 def test_unbalanced_close_is_refused():
     with pytest.raises(RuntimeError, match=r"defer_waits\(False\) without a matching defer_waits\(True\)"):
         xkernels._C.sycl.defer_waits(False)
+
+
+def test_inplace_models_and_deep_copies_keep_their_regions():
+    model, x = _resnet()
+    with torch.no_grad():
+        waiting = xkernels.optimize(model, pack_weights=True, defer_waits=False)
+        inplace = xkernels.optimize(copy.deepcopy(model), inplace=True, pack_weights=True)
+        assert [n for n, m in inplace.named_modules() if m._forward_hooks] == ["layer1", "layer2"]
+        inplace(x)
+        clone = copy.deepcopy(inplace)  # the hooks' regions follow the copied modules
+        pre = next(iter(clone.layer1._forward_pre_hooks.values()))
+        assert pre.__self__._unchanged(clone.layer1)
+        for i, model_ in enumerate((inplace, clone, inplace)):
+            xi = x + i + 1  # a new input each time, the regions first (see test_regions_give_the_same_bits)
+            assert torch.equal(model_(xi), waiting(xi))

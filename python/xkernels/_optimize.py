@@ -659,7 +659,7 @@ def optimize(
             if isinstance(m, Conv2d) and tree.owns(m):  # only modules optimize() made: the user's stay as they are
                 m.channels_last = True
     if inference and pack_weights and conv2d and defer_waits:
-        _deferred.attach(tree.root, tree.owns)
+        _deferred.attach(tree.root, lambda m: tree.inplace or tree.owns(m))  # never a container of the user's copy
     return tree.root
 
 

@@ -371,14 +371,23 @@ class Conv2d(nn.Conv2d):
         return super().train(mode)
 
     def forward(self, input: Tensor) -> Tensor:
-        if not torch.compiler.is_compiling():
-            plan = self.__dict__.get("_packed_call")
-            if plan is not None:
-                out = plan.call(self, input, None)
-                if out is not None:
-                    return out
-            _deferred.settle()  # the long way runs torch ops on the input (_deferred: deferred-wait regions)
+        out = self._remembered_call(input, None)
+        if out is not None:
+            return out
         return self._conv_forward(input, self.weight, self.bias)
+
+    def _remembered_call(self, input: Tensor, residual: Tensor | None) -> Tensor | None:
+        """The remembered packed route's result (_PackedConvCall), or None for the long way, which runs torch ops
+        on the input: before it, a deferred-wait region's queued kernels are waited for (_deferred.py)."""
+        if torch.compiler.is_compiling():
+            return None
+        plan = self.__dict__.get("_packed_call")
+        if plan is not None:
+            out = plan.call(self, input, residual)
+            if out is not None:
+                return out
+        _deferred.settle()
+        return None
 
     def __setattr__(self, name: str, value) -> None:
         self.__dict__.pop("_packed_call", None)  # the remembered route assumed the old value (_PackedConvCall)
@@ -601,13 +610,9 @@ class Conv2dEpilogue(Conv2d):
         return m
 
     def forward(self, input: Tensor, residual: Tensor | None = None) -> Tensor:
-        if not torch.compiler.is_compiling():
-            plan = self.__dict__.get("_packed_call")
-            if plan is not None:
-                out = plan.call(self, input, residual)
-                if out is not None:
-                    return out
-            _deferred.settle()  # the long way runs torch ops on the input (_deferred: deferred-wait regions)
+        out = self._remembered_call(input, residual)
+        if out is not None:
+            return out
         if self.padding_mode != "zeros":
             raise _unsupported_padding_mode(self.padding_mode)
         input = self._layout(input)
