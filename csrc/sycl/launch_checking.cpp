@@ -49,8 +49,9 @@ void note_unsafe() {
 }
 
 // torch's CPU allocator with each release reported to note_host_release (the SYCL backend's own blocks, host_alloc.h,
-// report theirs after waiting for this thread's pending host work). Installed the first time checking is turned on
-// and kept (a later allocator may have stacked on it); with checking off it only forwards. Its pointers stay
+// report theirs after waiting for this thread's pending host work), and, inside a deferred-wait region with kernels
+// queued, kept until the region's wait (defer_host_release). Installed the first time checking is turned on or a
+// region opens, and kept (a later allocator may have stacked on it); otherwise it only forwards. Its pointers stay
 // "simple" (context == data, one raw deleter), as torch's raw_allocate users (oneDNN's scratch) require: it wraps
 // an allocator whose pointers are simple (torch's default), and hands out any other pointer unwrapped.
 class CheckingCpuAllocator final : public c10::Allocator {
