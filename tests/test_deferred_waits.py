@@ -214,3 +214,22 @@ def test_inplace_models_and_deep_copies_keep_their_regions():
         for i, model_ in enumerate((inplace, clone, inplace)):
             xi = x + i + 1  # a new input each time, the regions first (see test_regions_give_the_same_bits)
             assert torch.equal(model_(xi), waiting(xi))
+
+
+def test_a_global_module_hook_keeps_regions_closed():
+    model, x = _resnet()
+    opt = xkernels.optimize(model, pack_weights=True)
+    seen = []
+
+    def hook(m, args, out):
+        if isinstance(m, xnn.Conv2d):
+            seen.append(xkernels._C.sycl.host_work_pending())
+
+    with torch.no_grad():
+        opt(x)
+        handle = nn.modules.module.register_module_forward_hook(hook)
+        try:
+            opt(x)
+        finally:
+            handle.remove()
+    assert seen and not any(seen), "a global hook ran with kernels still queued"
