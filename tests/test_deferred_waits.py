@@ -233,3 +233,21 @@ def test_a_global_module_hook_keeps_regions_closed():
         finally:
             handle.remove()
     assert seen and not any(seen), "a global hook ran with kernels still queued"
+
+
+def test_a_forward_set_on_an_instance_keeps_the_region_closed():
+    model, x = _resnet()
+    opt = xkernels.optimize(model, pack_weights=True)
+    seen = []
+    with torch.no_grad():
+        opt(x)
+        conv = opt.layer1[1].conv1  # after layer1[0]'s convolutions, which a region leaves queued
+        inner = conv.forward
+
+        def forward(*args):
+            seen.append(xkernels._C.sycl.host_work_pending())
+            return inner(*args)
+
+        conv.forward = forward
+        opt(x)
+    assert seen == [False]

@@ -183,21 +183,27 @@ void bind_launch_checking(py::module_& m) {
       [](bool on) {
         PendingHostWork& w = pending_host_work();
         if (on) {
-          install_checking_allocator();
+          try {  // torch's releases must be kept too: no region without the forwarding allocator
+            install_checking_allocator();
+          } catch (const c10::Error&) {
+            return false;
+          }
           ++w.defer;
-          return;
+          return true;
         }
         TORCH_CHECK(w.defer > 0, "xkernels: defer_waits(False) without a matching defer_waits(True)");
         if (--w.defer == 0) {
           py::gil_scoped_release nogil;
           sync_host_work();
         }
+        return true;
       },
       py::arg("on"),
       "Opens (True) or closes (False) a deferred-wait region on this thread (regions nest). Inside, the SYCL "
       "backend's ops on CPU tensors return with their kernels still queued on the in-order CPU queue, so only "
       "xkernels SYCL ops may read or write the tensors they return before the region closes; closing the "
-      "outermost region waits for the kernels and raises their errors.");
+      "outermost region waits for the kernels and raises their errors. Opening returns False, and opens nothing, "
+      "where torch's CPU allocator cannot be wrapped (another library replaced it without a raw deleter).");
   m.def(
       "set_launch_checking",
       [](bool on) {

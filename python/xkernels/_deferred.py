@@ -15,8 +15,8 @@ bias dense as read in place); every other op entry, and an xkernels convolution 
 remembered packed route, first waits for the queued kernels (``settle_host_work``); memory released meanwhile
 (the SYCL backend's blocks and torch's CPU allocator's) is kept until the region's wait. At each call the region
 opens only if every module under the container is still the one seen at ``optimize()`` time and none of them (nor
-the container beyond its own two hooks) has a hook, no global module hook is registered, and torch.compile is not
-tracing: a hook or a swapped-in module could read a tensor whose kernel has not run.
+the container beyond its own two hooks) has a hook or a forward set on the instance, no global module hook is
+registered, and torch.compile is not tracing: such code could read a tensor whose kernel has not run.
 """
 
 from __future__ import annotations
@@ -81,15 +81,14 @@ class _Region:
         for parent, name, child in self.links:
             if parent._modules.get(name) is not child or any(getattr(child, t, None) for t in _TABLES):
                 return False
+            if "forward" in child.__dict__:  # a forward set on the instance: any code
+                return False
         return True
 
     def pre(self, container: nn.Module, args) -> None:
         if torch.compiler.is_compiling():
             return
-        on = self._unchanged(container)
-        if on:
-            _SYCL.defer_waits(True)
-        _stack().append(on)
+        _stack().append(self._unchanged(container) and _SYCL.defer_waits(True))
 
     def post(self, container: nn.Module, args, output) -> None:
         if torch.compiler.is_compiling():

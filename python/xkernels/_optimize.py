@@ -596,10 +596,10 @@ def optimize(
     ``defer_waits`` (eval-mode models with ``pack_weights=True``): the outermost containers (``nn.Sequential`` or
     rewritten ones) whose forward only chains xkernels convolutions, two or more (a ResNet bottleneck, a stage
     of them), wait once for their kernels, when they return, instead of once per convolution (``_deferred.py``;
-    docs/performance.md, "Deferred waits"). Such a container gets a forward pre-hook and a forward hook of its
+    docs/performance.md, "One wait per bottleneck"). Such a container gets a forward pre-hook and a forward hook of its
     own (and its own hook tables). The results are the same bits; the region is skipped for a call where any
-    module under the container has a hook or was replaced, where a global module hook exists, or under
-    torch.compile. ``False`` leaves every convolution waiting for its own kernels.
+    module under the container has a hook, was replaced or had its forward set on the instance, where a global
+    module hook exists, or under torch.compile. ``False`` leaves every convolution waiting for its own kernels.
 
     A model in train mode keeps exact module semantics: BatchNorm stays torch's (batch statistics,
     running statistics updated as torch does) and no forward is rewritten.
