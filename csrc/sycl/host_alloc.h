@@ -46,9 +46,6 @@ void drain_host_work() noexcept;
 // Inside a deferred-wait region (launch.h PendingHostWork) with kernels still queued: keeps the release
 // `fn(ctx)` for the region's end and returns true; else false (the caller drains and releases now).
 bool defer_host_release(void (*fn)(void*), void* ctx) noexcept;
-// The end of a deferred-wait region: waits for this thread's queued kernels and rethrows their asynchronous
-// errors, after running the releases kept meanwhile (whether or not the wait throws).
-void sync_host_work();
 // Launch checking (launch.h): counts a release of host memory made while this thread still has pending host work.
 // Called by every host block's release, after its drain_host_work; cheap while checking is off.
 void note_host_release() noexcept;

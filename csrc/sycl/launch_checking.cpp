@@ -92,9 +92,6 @@ void install_checking_allocator() {
   });
 }
 
-}  // namespace
-
-namespace {
 // Runs the releases kept by defer_host_release (their own drain finds nothing queued).
 void run_kept_releases(PendingHostWork& w) noexcept {
   while (!w.releases.empty()) {
@@ -103,6 +100,22 @@ void run_kept_releases(PendingHostWork& w) noexcept {
     for (auto& [fn, ctx] : kept) fn(ctx);
   }
 }
+
+// The end of a deferred-wait region (defer_waits(False), settle_host_work): waits for this thread's queued kernels
+// and rethrows their asynchronous errors, after running the releases kept meanwhile (whether or not the wait throws).
+void sync_host_work() {
+  PendingHostWork& w = pending_host_work();
+  const bool queued = w.queued;
+  w.queued = false;
+  try {
+    if (queued) w.last.wait_and_throw();
+  } catch (...) {
+    run_kept_releases(w);
+    throw;
+  }
+  run_kept_releases(w);
+}
+
 }  // namespace
 
 void drain_host_work() noexcept {
@@ -126,22 +139,6 @@ bool defer_host_release(void (*fn)(void*), void* ctx) noexcept {
     return false;
   }
   return true;
-}
-
-void sync_host_work() {
-  PendingHostWork& w = pending_host_work();
-  if (!w.queued) {
-    run_kept_releases(w);
-    return;
-  }
-  w.queued = false;
-  try {
-    w.last.wait_and_throw();
-  } catch (...) {
-    run_kept_releases(w);
-    throw;
-  }
-  run_kept_releases(w);
 }
 
 void note_host_release() noexcept {

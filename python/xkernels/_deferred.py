@@ -100,10 +100,10 @@ class _Region:
 
 def _deferrable(m: nn.Module) -> bool:
     """Does m's forward run only xkernels convolutions (and Identity slots), nothing that reads a tensor on the host?"""
-    from .nn import Conv2d
+    from .nn import Conv2d, Conv2dEpilogue
 
     if isinstance(m, Conv2d):
-        return type(m).forward in (Conv2d.forward, _epilogue_forward())
+        return type(m).forward in (Conv2d.forward, Conv2dEpilogue.forward)
     if type(m) is nn.Identity:
         return True
     if type(m) is nn.Sequential:
@@ -116,12 +116,6 @@ def _deferrable(m: nn.Module) -> bool:
                 return False
         return True
     return False
-
-
-def _epilogue_forward():
-    from .nn import Conv2dEpilogue
-
-    return Conv2dEpilogue.forward
 
 
 def _convolutions(m: nn.Module) -> int:
